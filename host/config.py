@@ -1,0 +1,92 @@
+"""Host-wide configuration and resource ceilings (STYLE §9).
+
+Every limit a manifest may ask for has a ceiling here, with its unit. A manifest asking
+for more than a ceiling is refused when it loads (MANIFEST_INVALID), never clamped.
+
+Example::
+
+    config = HostConfig(state_dir=Path("~/.stockade").expanduser())
+    config.ceilings.memory_bytes   # 512 MiB
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["DEFAULT_CEILINGS", "Ceilings", "HostConfig"]
+
+_log = logging.getLogger("stockade.config")
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Ceilings:
+    """The most any manifest may ask for. Units are in the field names' comments."""
+
+    fuel: int = 20_000_000_000  # wasm fuel units (about one per instruction)
+    memory_bytes: int = 512 * MiB  # bytes, summed over all linear memories of a call
+    timeout_ms: int = 300_000  # ms, wall clock of one call (limits.timeout_ms)
+    tool_timeout_s: int = 3600  # s, a tool's timeout_s (DESIGN §3: 1–3600)
+    max_http_requests: int = 64  # outbound requests per call
+    max_request_bytes: int = 8 * MiB  # bytes of one outbound request body
+    max_response_bytes: int = 32 * MiB  # bytes of one inbound response body
+    http_timeout_ms: int = 120_000  # ms, one outbound request
+    max_log_bytes: int = 1 * MiB  # bytes of guest log kept per call
+    max_tools: int = 128  # tools in one registry (DESIGN §5)
+    max_permissions: int = 16  # permissions one tool may require
+    max_input_bytes: int = 64 * 1024  # bytes of canonical input (DESIGN §5)
+    max_output_bytes: int = 256 * 1024  # bytes of canonical output (DESIGN §5)
+    trap_text_bytes: int = 4096  # bytes of trap text kept (DESIGN §8)
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Ceilings.{name} must be a positive int, got {value!r}")
+
+
+DEFAULT_CEILINGS = Ceilings()
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """Configuration of one Host.
+
+    Args:
+        state_dir: where the host keeps accepted lock state, the artifact cache and its
+            HMAC key, secrets and policy files. Created with mode 0700 if missing.
+        ceilings: host-wide resource ceilings.
+        require_signatures: refuse any locked package without a valid signature.
+        trusted_keys_file: JSON file of trusted Ed25519 public keys (see host.lock).
+        admin_policy_dir: directory of the administrator's managed policy cap; if it is
+            named but unreadable, every tool is disabled (fail closed).
+        extra_ca_file: PEM bundle added to the system trust store for egress TLS.
+        unsafe_allow_loopback: TEST ONLY. Lets egress reach loopback addresses (and
+            only those, besides public ones). A manifest cannot set it; using it logs a
+            warning and is recorded in the audit log.
+    """
+
+    state_dir: Path
+    ceilings: Ceilings = field(default=DEFAULT_CEILINGS)
+    require_signatures: bool = False
+    trusted_keys_file: Path | None = None
+    admin_policy_dir: Path | None = None
+    extra_ca_file: Path | None = None
+    unsafe_allow_loopback: bool = False
+
+    def __post_init__(self) -> None:
+        # Accept str at run time for convenience; the field is always a Path afterwards.
+        object.__setattr__(self, "state_dir", Path(self.state_dir))
+        if self.unsafe_allow_loopback:
+            _log.warning(
+                "unsafe_allow_loopback is on: plugins may reach 127.0.0.0/8 and ::1. "
+                "Use it only in tests."
+            )
+
+    @property
+    def artifact_dir(self) -> Path:
+        """Directory of compiled-artifact cache entries."""
+        return self.state_dir / "artifacts"

@@ -1,0 +1,337 @@
+"""The one exception tree of Stockade (DESIGN §9).
+
+Every refusal that reaches a user is a :class:`StockadeError` with a stable ``code``,
+a message a person can act on, an optional ``hint`` (what to do about it) and
+structured ``details`` with secret values removed. Codes never change once shipped:
+programs branch on ``code``, people read ``message``.
+
+Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` checks it)::
+
+    StockadeError
+    ├── RequestInvalid            REQUEST_INVALID         the call envelope is malformed
+    ├── ToolNotFound              TOOL_NOT_FOUND          no tool with that exact name and version
+    ├── InputInvalid              INPUT_INVALID           input fails the tool's schema or canonical form
+    ├── OutputInvalid             OUTPUT_INVALID          the guest returned output outside its schema
+    ├── SchemaInvalid             SCHEMA_INVALID          a tool schema leaves the bounded subset (§5)
+    ├── PolicyDenied              POLICY_DENIED           policy said no
+    ├── PolicyUnavailable         POLICY_UNAVAILABLE      policy could not be decided: fail closed
+    ├── ApprovalRequired          APPROVAL_REQUIRED       a person must approve this action first
+    ├── ApprovalInvalid           APPROVAL_INVALID        approval absent, used, expired or for another action
+    ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
+    ├── CredentialUnavailable     CREDENTIAL_UNAVAILABLE  a required secret is missing
+    ├── EgressDenied              EGRESS_DENIED           an outbound request broke the egress rules
+    ├── SandboxTrap               SANDBOX_TRAP            the guest trapped
+    │   ├── SandboxFuelExhausted  SANDBOX_FUEL_EXHAUSTED  ran out of fuel
+    │   ├── SandboxTimeout        SANDBOX_TIMEOUT         passed its wall-clock deadline
+    │   └── SandboxMemory         SANDBOX_MEMORY          hit its memory limit
+    ├── ToolFailed                TOOL_FAILED             the guest reported a failure
+    ├── ManifestInvalid           MANIFEST_INVALID        the package manifest is invalid
+    ├── ComponentRefused          COMPONENT_REFUSED       the module is not an acceptable component
+    ├── LockInvalid               LOCK_INVALID            the lock file is malformed
+    │   ├── LockRollback          LOCK_ROLLBACK           older generation, or a fork of the accepted one
+    │   ├── DigestMismatch        DIGEST_MISMATCH         a file does not match its pinned sha256
+    │   └── SignatureInvalid      SIGNATURE_INVALID       signature missing, unknown key or bad signature
+    ├── SecretsUnavailable        SECRETS_UNAVAILABLE     the secrets store cannot be opened or read
+    └── AuditUnavailable          AUDIT_UNAVAILABLE       the audit log cannot be written
+
+"Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
+``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
+
+Example::
+
+    try:
+        host.call(request)
+    except StockadeError as exc:
+        print(exc.code, exc.message, exc.hint)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "ApprovalInvalid",
+    "ApprovalRequired",
+    "AuditUnavailable",
+    "ComponentRefused",
+    "CredentialUnavailable",
+    "DigestMismatch",
+    "EgressDenied",
+    "InputInvalid",
+    "LockInvalid",
+    "LockRollback",
+    "ManifestInvalid",
+    "OutputInvalid",
+    "PolicyDenied",
+    "PolicyUnavailable",
+    "RateLimited",
+    "RequestInvalid",
+    "SandboxFuelExhausted",
+    "SandboxMemory",
+    "SandboxTimeout",
+    "SandboxTrap",
+    "SchemaInvalid",
+    "SecretsUnavailable",
+    "SignatureInvalid",
+    "StockadeError",
+    "ToolFailed",
+    "ToolNotFound",
+    "all_error_classes",
+]
+
+MAX_MESSAGE_CHARS = 4096
+"""Messages are capped so a hostile guest or server cannot flood logs through an error."""
+
+
+def _cap(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return text[: MAX_MESSAGE_CHARS - 14] + "…[truncated]"
+
+
+class StockadeError(Exception):
+    """Base of every refusal Stockade reports.
+
+    Args:
+        message: what went wrong, for a person; capped at 4 KiB.
+        hint: what to do about it (optional; each class has a default).
+        details: structured, JSON-able facts (never secret values).
+
+    Attributes:
+        code: the stable machine-readable code of the class.
+    """
+
+    code: ClassVar[str] = "STOCKADE_ERROR"
+    default_hint: ClassVar[str] = ""
+
+    def __init__(self, message: str, *, hint: str | None = None, **details: Any) -> None:
+        self.message = _cap(message)
+        self.hint = hint if hint is not None else self.default_hint
+        self.details: Mapping[str, Any] = dict(details)
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as a JSON-able mapping: ``code``, ``message``, ``hint``, ``details``."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "details": dict(self.details),
+        }
+
+
+class RequestInvalid(StockadeError):
+    """The call envelope (principal, session, tool, version, input, approval) is malformed."""
+
+    code = "REQUEST_INVALID"
+    default_hint = "Send exactly the fields of CallRequest; name the tool's exact version."
+
+
+class ToolNotFound(StockadeError):
+    """No tool with that exact (name, version) in the frozen registry."""
+
+    code = "TOOL_NOT_FOUND"
+    default_hint = "List tools with `stockade tools`; versions are exact, never 'latest'."
+
+
+class InputInvalid(StockadeError):
+    """The input fails the tool's schema or cannot be canonical JSON.
+
+    ``details["pointer"]`` is the JSON pointer of the offending value when known.
+    """
+
+    code = "INPUT_INVALID"
+    default_hint = "Fix the value at the JSON pointer given and call again."
+
+
+class OutputInvalid(StockadeError):
+    """The guest returned output outside its ``output_schema`` or over the output budget."""
+
+    code = "OUTPUT_INVALID"
+    default_hint = "The plugin is at fault; report it to its author."
+
+
+class SchemaInvalid(StockadeError):
+    """A tool schema leaves the bounded JSON Schema subset (DESIGN §5).
+
+    ``details["pointer"]`` locates the schema node, ``details["rule"]`` names the rule.
+    """
+
+    code = "SCHEMA_INVALID"
+    default_hint = "Use only the schema subset of DESIGN §5, with explicit bounds."
+
+
+class PolicyDenied(StockadeError):
+    """The policy engine or the tool policy denied the call."""
+
+    code = "POLICY_DENIED"
+    default_hint = "Ask an administrator for the permission named in the details."
+
+
+class PolicyUnavailable(StockadeError):
+    """Policy could not be decided (store error, missing or mixed fence): fail closed."""
+
+    code = "POLICY_UNAVAILABLE"
+    default_hint = "Check the policy store; nothing runs until policy can be read."
+
+
+class ApprovalRequired(StockadeError):
+    """The action needs a person's approval; ``details["action_digest"]`` names it."""
+
+    code = "APPROVAL_REQUIRED"
+    default_hint = "Show the preview to a person and execute the plan with their approval."
+
+
+class ApprovalInvalid(StockadeError):
+    """The approval is missing, used, expired or bound to another action (one opaque error)."""
+
+    code = "APPROVAL_INVALID"
+    default_hint = "Prepare the call again and obtain a fresh approval."
+
+
+class RateLimited(StockadeError):
+    """A per (principal, tool) window is exhausted; ``details["retry_after_s"]`` says when."""
+
+    code = "RATE_LIMITED"
+    default_hint = "Wait for the number of seconds in retry_after_s."
+
+
+class CredentialUnavailable(StockadeError):
+    """A required secret of the package is missing; ``details["secret"]`` names it."""
+
+    code = "CREDENTIAL_UNAVAILABLE"
+    default_hint = "Store it with `stockade secrets set NAME`."
+
+
+class EgressDenied(StockadeError):
+    """An outbound request broke the egress rules (DESIGN §8).
+
+    ``reason`` is a short typed token such as ``host_not_allowed`` or ``userinfo``.
+    """
+
+    code = "EGRESS_DENIED"
+    default_hint = "Only hosts, ports, paths and methods in the manifest's http.allow are reachable."
+
+    def __init__(
+        self, message: str, *, reason: str, hint: str | None = None, **details: Any
+    ) -> None:
+        super().__init__(message, hint=hint, reason=reason, **details)
+        self.reason = reason
+
+
+class SandboxTrap(StockadeError):
+    """The guest trapped; the message is the (scrubbed, capped) trap text."""
+
+    code = "SANDBOX_TRAP"
+    default_hint = "The plugin crashed; report it to its author."
+
+
+class SandboxFuelExhausted(SandboxTrap):
+    """The guest used all the fuel its manifest grants."""
+
+    code = "SANDBOX_FUEL_EXHAUSTED"
+    default_hint = "The call did too much work; raise limits.fuel in the manifest if intended."
+
+
+class SandboxTimeout(SandboxTrap):
+    """The guest ran past its wall-clock deadline."""
+
+    code = "SANDBOX_TIMEOUT"
+    default_hint = "The call ran too long; raise the tool's timeout_s if intended."
+
+
+class SandboxMemory(SandboxTrap):
+    """The guest hit its memory limit."""
+
+    code = "SANDBOX_MEMORY"
+    default_hint = "The call needed more memory; raise limits.memory_bytes if intended."
+
+
+class ToolFailed(StockadeError):
+    """The guest returned its ``failed`` tool error."""
+
+    code = "TOOL_FAILED"
+    default_hint = "The tool reported a failure; read the message."
+
+
+class ManifestInvalid(StockadeError):
+    """The package manifest is invalid; ``details["problems"]`` lists every problem.
+
+    Each problem is ``{"loc": "tools.0.name", "msg": "..."}``.
+    """
+
+    code = "MANIFEST_INVALID"
+    default_hint = "Fix every problem listed and rebuild the bundle."
+
+
+class ComponentRefused(StockadeError):
+    """The module is not a component, has the wrong ``call`` type or a forbidden import."""
+
+    code = "COMPONENT_REFUSED"
+    default_hint = "Build against sdk/wit/stockade.wit with wasi:http disabled."
+
+
+class LockInvalid(StockadeError):
+    """The lock file is malformed or names bundles that cannot be read."""
+
+    code = "LOCK_INVALID"
+    default_hint = "Regenerate the lock with `stockade lock add`."
+
+
+class LockRollback(LockInvalid):
+    """The lock's generation is older than, or forks, the generation already accepted."""
+
+    code = "LOCK_ROLLBACK"
+    default_hint = (
+        "Use a lock with a higher generation; an operator may override with "
+        "unsafe_accept_rollback, which is audited."
+    )
+
+
+class DigestMismatch(LockInvalid):
+    """A file does not match the sha256 pinned for it."""
+
+    code = "DIGEST_MISMATCH"
+    default_hint = "The bundle was changed after it was locked; rebuild and relock it."
+
+
+class SignatureInvalid(LockInvalid):
+    """A signature is missing where required, by an unknown key, or does not verify."""
+
+    code = "SIGNATURE_INVALID"
+    default_hint = "Sign the bundle with a key listed in the trusted keys file."
+
+
+class SecretsUnavailable(StockadeError):
+    """The secrets store cannot be opened, decrypted or read (one opaque error)."""
+
+    code = "SECRETS_UNAVAILABLE"
+    default_hint = "Set STOCKADE_MASTER_KEY or provide a key file with mode 0600."
+
+
+class AuditUnavailable(StockadeError):
+    """The audit log cannot be written; the call is refused and nothing runs."""
+
+    code = "AUDIT_UNAVAILABLE"
+    default_hint = "Free disk space or fix permissions of the audit log."
+
+
+def all_error_classes() -> tuple[type[StockadeError], ...]:
+    """Every concrete error class, base first, in tree order."""
+    seen: list[type[StockadeError]] = []
+
+    def walk(cls: type[StockadeError]) -> None:
+        seen.append(cls)
+        for sub in cls.__subclasses__():
+            if sub.__module__ == __name__:
+                walk(sub)
+
+    walk(StockadeError)
+    return tuple(seen)

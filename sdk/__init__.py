@@ -1,0 +1,8 @@
+"""Stockade SDK: everything for people who make and review packages.
+
+The SDK may import ``host``; ``host`` never imports the SDK (DESIGN §1).
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

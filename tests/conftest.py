@@ -1,0 +1,39 @@
+"""Session-wide test fixtures.
+
+The environment is scrubbed for every test (httpx `clean_environ` style): proxies, the
+master key and anything STOCKADE_* never leak in from the machine running the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_SCRUBBED_PREFIXES = ("STOCKADE_",)
+_SCRUBBED_NAMES = {
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+    "http_proxy", "https_proxy", "all_proxy", "no_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_environ() -> Iterator[None]:
+    saved = dict(os.environ)
+    for name in list(os.environ):
+        if name in _SCRUBBED_NAMES or name.startswith(_SCRUBBED_PREFIXES):
+            del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory shared by the whole test session for built plugins and artifacts."""
+    return tmp_path_factory.mktemp("stockade-session-cache")

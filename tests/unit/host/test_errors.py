@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+
+import host.errors as errors
+from host.errors import EgressDenied, InputInvalid, StockadeError, all_error_classes
+
+PINNED_CODES = {
+    "StockadeError": "STOCKADE_ERROR",
+    "RequestInvalid": "REQUEST_INVALID",
+    "ToolNotFound": "TOOL_NOT_FOUND",
+    "InputInvalid": "INPUT_INVALID",
+    "OutputInvalid": "OUTPUT_INVALID",
+    "SchemaInvalid": "SCHEMA_INVALID",
+    "PolicyDenied": "POLICY_DENIED",
+    "PolicyUnavailable": "POLICY_UNAVAILABLE",
+    "ApprovalRequired": "APPROVAL_REQUIRED",
+    "ApprovalInvalid": "APPROVAL_INVALID",
+    "RateLimited": "RATE_LIMITED",
+    "CredentialUnavailable": "CREDENTIAL_UNAVAILABLE",
+    "EgressDenied": "EGRESS_DENIED",
+    "SandboxTrap": "SANDBOX_TRAP",
+    "SandboxFuelExhausted": "SANDBOX_FUEL_EXHAUSTED",
+    "SandboxTimeout": "SANDBOX_TIMEOUT",
+    "SandboxMemory": "SANDBOX_MEMORY",
+    "ToolFailed": "TOOL_FAILED",
+    "ManifestInvalid": "MANIFEST_INVALID",
+    "ComponentRefused": "COMPONENT_REFUSED",
+    "LockInvalid": "LOCK_INVALID",
+    "LockRollback": "LOCK_ROLLBACK",
+    "DigestMismatch": "DIGEST_MISMATCH",
+    "SignatureInvalid": "SIGNATURE_INVALID",
+    "SecretsUnavailable": "SECRETS_UNAVAILABLE",
+    "AuditUnavailable": "AUDIT_UNAVAILABLE",
+}
+
+
+def test_error_codes_are_pinned_and_unique() -> None:
+    found = {cls.__name__: cls.code for cls in all_error_classes()}
+    assert found == PINNED_CODES
+    assert len(set(found.values())) == len(found)
+
+
+def test_every_exported_error_is_in_the_tree() -> None:
+    exported = {name for name in errors.__all__ if name[0].isupper()}
+    assert exported == set(PINNED_CODES)
+    for name in exported:
+        assert issubclass(getattr(errors, name), StockadeError)
+
+
+def test_docstring_tree_matches_classes() -> None:
+    doc = errors.__doc__ or ""
+    for name, code in PINNED_CODES.items():
+        if name == "StockadeError":
+            continue
+        assert f"{name}" in doc and code in doc, name
+
+
+@pytest.mark.parametrize("cls", all_error_classes(), ids=lambda c: c.__name__)
+def test_every_error_has_a_hint_for_people(cls: type[StockadeError]) -> None:
+    if cls is StockadeError:
+        return
+    assert cls.default_hint, f"{cls.__name__} needs a default hint"
+    assert cls.__doc__
+
+
+def test_hostile_message_is_capped() -> None:
+    exc = InputInvalid("x" * 100_000, pointer="/a")
+    assert len(exc.message) <= errors.MAX_MESSAGE_CHARS
+    assert exc.message.endswith("[truncated]")
+    assert exc.to_dict()["details"] == {"pointer": "/a"}
+
+
+def test_egress_denied_carries_typed_reason() -> None:
+    exc = EgressDenied("no", reason="userinfo")
+    assert exc.reason == "userinfo"
+    assert exc.code == "EGRESS_DENIED"
+    assert exc.details["reason"] == "userinfo"
+    assert str(exc) == "EGRESS_DENIED: no"
