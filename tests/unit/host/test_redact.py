@@ -1,0 +1,312 @@
+"""Redactor: every staged secret and each form a server or guest could echo it in."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+from collections.abc import Callable
+from urllib.parse import quote, quote_plus
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from host.redact import MIN_FORM_CHARS, REDACTED, Redactor
+from host.secrets import SecretValue
+
+# Chosen so that every form differs: space, "/", "+", "?", "~", "(", "!", non-ASCII, and bytes whose
+# base64 contains '+' and '/' (so the URL-safe alphabet differs from the standard one).
+SECRET = "p@ss w/rd+?~(é)!>>>???"
+USER = "svc-bot"
+
+
+def _b64(data: str) -> str:
+    return base64.b64encode(data.encode()).decode()
+
+
+def _b64url(data: str) -> str:
+    return base64.urlsafe_b64encode(data.encode()).decode()
+
+
+def _lower_hex(encoded: str) -> str:
+    out, i = [], 0
+    while i < len(encoded):
+        if encoded[i] == "%":
+            out.append(encoded[i : i + 3].lower())
+            i += 3
+        else:
+            out.append(encoded[i])
+            i += 1
+    return "".join(out)
+
+
+def _alternate_case_escapes(encoded: str) -> str:
+    parts = encoded.split("%")
+    out = [parts[0]]
+    for index, part in enumerate(parts[1:]):
+        hexpart = part[:2].lower() if index % 2 else part[:2].upper()
+        out.append("%" + hexpart + part[2:])
+    return "".join(out)
+
+
+def _in_b64_blob(offset: int) -> str:
+    """The secret inside a base64 blob at byte offset ``offset`` of larger JSON."""
+    return base64.b64encode(b"{" * offset + SECRET.encode() + b'"}').decode()
+
+
+FORMS: dict[str, str] = {
+    "raw": SECRET,
+    "quote-upper-hex": quote(SECRET, safe=""),
+    "quote-lower-hex": _lower_hex(quote(SECRET, safe="")),
+    "quote-mixed-hex": _alternate_case_escapes(quote(SECRET, safe="")),
+    "quote-default-safe-slash": quote(SECRET),
+    "quote-plus-upper-hex": quote_plus(SECRET, safe=""),
+    "quote-plus-lower-hex": _lower_hex(quote_plus(SECRET, safe="")),
+    "encode-uri-component": quote(SECRET, safe="-_.!~*'()"),
+    "base64-std-padded": _b64(SECRET),
+    "base64-std-unpadded": _b64(SECRET).rstrip("="),
+    "base64-urlsafe-padded": _b64url(SECRET),
+    "base64-urlsafe-unpadded": _b64url(SECRET).rstrip("="),
+    "basic-auth-username": _b64(f"{USER}:{SECRET}"),
+    "basic-auth-empty-username": _b64(f":{SECRET}"),
+    "json-escaped-ascii": json.dumps(SECRET)[1:-1],
+    "json-escaped-slash": json.dumps(SECRET)[1:-1].replace("/", "\\/"),
+}
+
+
+def test_forms_under_test_are_all_different() -> None:
+    assert len(set(FORMS.values())) == len(FORMS)
+    assert _b64(SECRET) != _b64url(SECRET)
+
+
+@pytest.fixture
+def redactor() -> Redactor:
+    return Redactor([SECRET], basic_usernames=[USER])
+
+
+@pytest.mark.parametrize("form", list(FORMS.values()), ids=list(FORMS))
+def test_secret_echoed_in_text_is_redacted_in_every_form(redactor: Redactor, form: str) -> None:
+    out = redactor.text(f"echo: <{form}> tail")
+    assert out == f"echo: <{REDACTED}> tail"
+
+
+@pytest.mark.parametrize("form", list(FORMS.values()), ids=list(FORMS))
+def test_secret_echoed_in_bytes_is_redacted_in_every_form(redactor: Redactor, form: str) -> None:
+    out = redactor.bytes(b"echo: <" + form.encode() + b"> tail")
+    assert out == b"echo: <" + REDACTED.encode() + b"> tail"
+
+
+def test_basic_auth_header_is_redacted_whole(redactor: Redactor) -> None:
+    header = "Basic " + _b64(f"{USER}:{SECRET}")
+    assert redactor.text(header) == "Basic " + REDACTED
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3, 4, 5], ids=lambda o: f"offset-{o}")
+def test_secret_inside_a_larger_base64_blob_is_redacted_at_every_alignment(
+    redactor: Redactor, offset: int
+) -> None:
+    blob = _in_b64_blob(offset)
+    out = redactor.text(blob)
+    assert REDACTED in out
+    # What is left cannot decode back to the secret or any long piece of it.
+    leftover = out.replace(REDACTED, "")
+    assert len(leftover) <= 4 + (offset * 4 + 2) // 3 + 4
+    for alphabet in (_b64, _b64url):
+        assert alphabet(SECRET)[2:-4] not in out
+
+
+def test_secret_inside_base64_of_an_unknown_username_is_redacted(redactor: Redactor) -> None:
+    out = redactor.text("Basic " + _b64(f"someone-else:{SECRET}"))
+    assert REDACTED in out
+    assert _b64(SECRET)[4:-4] not in out
+
+
+def test_several_occurrences_and_several_secrets_are_all_redacted() -> None:
+    redactor = Redactor(["first-secret-1", "second-secret-2"])
+    text = "a first-secret-1 b second-secret-2 c first-secret-1"
+    assert redactor.text(text) == f"a {REDACTED} b {REDACTED} c {REDACTED}"
+
+
+@pytest.mark.parametrize(
+    ("secrets", "text", "expected"),
+    [
+        (["xabcdefg", "abcdefgh-tail"], "<xabcdefgh-tail>", f"<{REDACTED}>"),
+        (["abcdefgh-tail", "xabcdefg"], "<xabcdefgh-tail>", f"<{REDACTED}>"),
+        (["secret-one", "one-two-three"], "secret-one-two-three!", f"{REDACTED}!"),
+        (["aaaaaaaa"], "b" + "a" * 20 + "b", f"b{REDACTED}b"),
+        (["abababab"], "xabababababababx", f"x{REDACTED}x"),
+        (["abababab"], "xabababab_ababababx", f"x{REDACTED}_{REDACTED}x"),
+        (["token-12", "token-12345"], "token-12345", REDACTED),
+        (["inner-secret", "outer-inner-secret-x"], "outer-inner-secret-x", REDACTED),
+    ],
+    ids=["overlap-suffix-prefix", "overlap-reversed-order", "chained-overlap", "periodic-run",
+         "periodic-period-2", "two-periodic-runs", "prefix-secret", "nested-secret"],
+)
+def test_overlapping_secrets_leave_no_fragment(secrets: list[str], text: str, expected: str) -> None:
+    redactor = Redactor(secrets)
+    assert redactor.text(text) == expected
+    assert redactor.bytes(text.encode()) == expected.encode()
+
+
+def test_adjacent_occurrences_merge_into_one_marker() -> None:
+    assert Redactor(["adjacent1"]).text("adjacent1adjacent1") == REDACTED
+
+
+def test_secret_in_json_values_and_keys_is_redacted(redactor: Redactor) -> None:
+    value = {
+        SECRET: "key was a secret",
+        "nested": [{"token": f"Bearer {SECRET}"}, (quote(SECRET, safe=""), 3)],
+        f"pre-{SECRET}": None,
+        "n": 1.5,
+        "ok": True,
+        7: "non-string key kept",
+    }
+    out = redactor.json_value(value)
+    assert out == {
+        REDACTED: "key was a secret",
+        "nested": [{"token": f"Bearer {REDACTED}"}, [REDACTED, 3]],
+        f"pre-{REDACTED}": None,
+        "n": 1.5,
+        "ok": True,
+        7: "non-string key kept",
+    }
+    assert SECRET not in json.dumps(out)
+    assert value[SECRET] == "key was a secret"  # the input is not modified
+
+
+def test_json_value_refuses_non_json_values(redactor: Redactor) -> None:
+    with pytest.raises(TypeError, match="not JSON-able"):
+        redactor.json_value({"k": {1, 2}})
+    with pytest.raises(TypeError, match="not JSON-able"):
+        redactor.json_value(SECRET.encode())
+
+
+def test_secret_in_a_json_body_with_escapes_is_redacted(redactor: Redactor) -> None:
+    body = json.dumps({"echo": SECRET, "again": SECRET}).encode()
+    out = redactor.bytes(body)
+    assert json.loads(out) == {"echo": REDACTED, "again": REDACTED}
+    body_utf8 = json.dumps({"echo": SECRET}, ensure_ascii=False).encode()
+    assert json.loads(redactor.bytes(body_utf8)) == {"echo": REDACTED}
+
+
+def test_non_ascii_secret_in_bytes_is_redacted() -> None:
+    secret = "clé-secrète-€-日本"
+    assert Redactor([secret]).bytes(f"[{secret}]".encode()) == f"[{REDACTED}]".encode()
+
+
+def test_secret_value_wrapper_is_accepted() -> None:
+    redactor = Redactor([SecretValue("wrapped-secret-1")])
+    assert redactor.text("x wrapped-secret-1 y") == f"x {REDACTED} y"
+
+
+# -- no secrets, no damage --------------------------------------------------------------------
+
+
+def test_no_secrets_is_the_identity_fast_path() -> None:
+    redactor = Redactor([])
+    assert redactor.empty
+    text, data = "anything %2F here", b"bytes + here"
+    assert redactor.text(text) is text
+    assert redactor.bytes(data) == data
+    assert redactor.json_value({"a": [text]}) == {"a": [text]}
+
+
+def test_empty_values_are_ignored() -> None:
+    redactor = Redactor(["", ""])
+    assert redactor.empty
+    assert redactor.text("unchanged") == "unchanged"
+
+
+def test_text_without_secret_is_unchanged(redactor: Redactor) -> None:
+    text = "GET /v1/issues?q=p%40ss+w%2Frd HTTP/1.1 Authorization: Basic c3ZjLWJvdDp4 +++ %%%"
+    assert redactor.text(text) is text
+    data = text.encode()
+    assert redactor.bytes(data) == data
+
+
+def test_short_value_redacts_raw_but_adds_no_short_base64_cores() -> None:
+    redactor = Redactor(["abc"])
+    assert redactor.text("xabcx") == f"x{REDACTED}x"
+    # The 3-byte alignment cores would be 2-3 characters and would hit ordinary text.
+    assert redactor.text("WJj YmM") == "WJj YmM"
+    assert MIN_FORM_CHARS == 8
+
+
+def test_redactor_is_frozen_and_never_shows_its_secrets(redactor: Redactor) -> None:
+    with pytest.raises(AttributeError):
+        redactor._count = 0  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del redactor._plain_s
+    assert SECRET not in repr(redactor) and "secrets" in repr(redactor)
+    with pytest.raises(TypeError, match="pickled"):
+        pickle.dumps(redactor)
+
+
+@pytest.mark.parametrize(
+    ("call", "bad"),
+    [(Redactor.text, b"bytes"), (Redactor.bytes, "text")],
+    ids=["text-given-bytes", "bytes-given-text"],
+)
+def test_wrong_input_type_is_a_type_error(
+    redactor: Redactor, call: Callable[[Redactor, object], object], bad: object
+) -> None:
+    with pytest.raises(TypeError):
+        call(redactor, bad)
+
+
+def test_non_string_values_are_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        Redactor([b"bytes-secret"])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        Redactor(["secret-12"], basic_usernames=[None])  # type: ignore[list-item]
+
+
+# -- reference model: the union of every occurrence -------------------------------------------
+
+
+def _reference(text: str, forms: list[str]) -> str:
+    covered = [False] * len(text)
+    for form in forms:
+        for start in range(len(text) - len(form) + 1):
+            if text.startswith(form, start):
+                for i in range(start, start + len(form)):
+                    covered[i] = True
+    out, i = [], 0
+    while i < len(text):
+        if covered[i]:
+            while i < len(text) and covered[i]:
+                i += 1
+            out.append(REDACTED)
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secrets=st.lists(st.text(alphabet="ab", min_size=1, max_size=5), min_size=1, max_size=3),
+    text=st.text(alphabet="abc", max_size=60),
+)
+def test_raw_redaction_matches_the_union_of_all_occurrences(secrets: list[str], text: str) -> None:
+    # Alphabet "abc" has no base64/URL/JSON forms of its own that could appear in the text
+    # except the raw ones, so the union of raw occurrences is the exact expectation.
+    redactor = Redactor(secrets)
+    forms = [f for f, _ in redactor._plain_s if set(f) <= set("abc")]
+    assert redactor.text(text) == _reference(text, forms)
+    assert redactor.bytes(text.encode()) == _reference(text, forms).encode()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    secret=st.text(min_size=8, max_size=24),
+    before=st.text(max_size=20),
+    after=st.text(max_size=20),
+)
+def test_any_secret_surrounded_by_any_text_is_gone(secret: str, before: str, after: str) -> None:
+    redactor = Redactor([secret])
+    out = redactor.text(before + secret + after)
+    assert secret not in out
+    assert REDACTED in out
+    assert secret.encode() not in redactor.bytes((before + secret + after).encode())
