@@ -1,0 +1,352 @@
+"""The egress allowlist and DNS vetting: DESIGN §8 "Egress" steps 3–5.
+
+:meth:`EgressPolicy.check` normalizes a URL (:func:`host.egress.urls.normalize_url`)
+and matches it against the manifest's ``http.allow`` entries without touching the
+network. :meth:`EgressPolicy.vet` then resolves the host **once** through a
+:data:`Resolver` port and returns the vetted addresses; the transport connects only to
+those (DNS pinning), so a second, different answer to the same name is never used.
+
+Invariants:
+
+* An empty allowlist denies everything (``empty_allowlist``).
+* A URL is allowed if one entry admits its scheme, host, port, path and method
+  together. ``http`` is reachable only where an entry says ``http``.
+* Every address of the answer must be public (:func:`is_public_address`); one
+  private address among public ones refuses the whole request (``blocked_address``),
+  because the connection could otherwise be steered to it.
+* A resolver failure or an empty answer is ``dns_failure``; anything the resolver
+  returns that is not an IP address is ``blocked_address`` (fail closed).
+
+Example::
+
+    policy = EgressPolicy.from_allow([{"scheme": "https", "host": "api.tracker.example",
+                                       "port": None, "path_prefix": "/v1/issues",
+                                       "methods": ["GET"]}])
+    target = policy.check("GET", "https://API.tracker.example/v1/issues/7#x")
+    target.url                                   # 'https://api.tracker.example/v1/issues/7'
+    addresses = policy.vet(target, system_resolver)   # ('93.184.216.34',) or EgressDenied
+
+Deny reasons are the :data:`DenyReason` literal (defined in :mod:`host.egress.urls`).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, final
+
+from host.egress.addresses import canonical_address, is_loopback_address, is_public_address
+from host.egress.urls import (
+    DenyReason,
+    HostKind,
+    HostPattern,
+    NormalizedUrl,
+    make_host_pattern,
+    normalize_path_prefix,
+    normalize_url,
+    path_matches,
+)
+from host.errors import EgressDenied
+
+__all__ = [
+    "ALLOW_ENTRY_FIELDS",
+    "AllowRule",
+    "DenyReason",
+    "EgressPolicy",
+    "EgressTarget",
+    "Resolver",
+    "system_resolver",
+]
+
+Resolver = Callable[[str], Sequence[str]]
+"""The DNS port: ``resolver(host) -> addresses``. Raises on failure (any exception is
+reported as ``dns_failure``). :func:`system_resolver` is the real one."""
+
+ALLOW_ENTRY_FIELDS: Final = ("scheme", "host", "port", "path_prefix", "methods")
+"""The fields of one manifest ``http.allow`` entry (DESIGN §3)."""
+
+_METHOD = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
+
+
+@dataclass(frozen=True, slots=True)
+class EgressTarget:
+    """A request destination that passed :meth:`EgressPolicy.check`.
+
+    Attributes:
+        scheme: ``"http"`` or ``"https"``.
+        host: normalized host (A-label DNS name, canonical IPv4, or IPv6 without brackets).
+        port: effective port.
+        path: normalized path (dot segments resolved); what is sent.
+        query: the query without ``?`` (``""`` if none).
+        host_kind: ``"dns"``, ``"ipv4"`` or ``"ipv6"``.
+        url: the exact URL to send (no fragment, no default port).
+    """
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+    query: str
+    host_kind: HostKind
+    url: str
+
+    @classmethod
+    def from_normalized(cls, normalized: NormalizedUrl) -> EgressTarget:
+        """The target for an already normalized URL."""
+        return cls(
+            scheme=normalized.scheme,
+            host=normalized.host,
+            port=normalized.port,
+            path=normalized.path,
+            query=normalized.query,
+            host_kind=normalized.host_kind,
+            url=normalized.url(),
+        )
+
+    def normalized(self) -> NormalizedUrl:
+        """The same URL as a :class:`NormalizedUrl` (for :meth:`HostPattern.matches`)."""
+        return NormalizedUrl(
+            scheme=self.scheme,
+            host=self.host,
+            port=self.port,
+            path=self.path,
+            query=self.query,
+            host_kind=self.host_kind,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AllowRule:
+    """One parsed ``http.allow`` entry.
+
+    Attributes:
+        pattern: scheme, host (literal or ``*.suffix``) and port.
+        path_prefix: normalized prefix, matched at a segment boundary.
+        methods: the upper-case methods allowed.
+    """
+
+    pattern: HostPattern
+    path_prefix: str
+    methods: frozenset[str]
+
+    def admits(self, method: str, url: NormalizedUrl) -> bool:
+        """Whether this entry alone admits ``method`` on ``url``."""
+        return (
+            self.pattern.matches(url) and path_matches(self.path_prefix, url.path) and method in self.methods
+        )
+
+
+def _deny(reason: DenyReason, message: str, *, address: str | None = None) -> EgressDenied:
+    if address is None:
+        return EgressDenied(message, reason=reason)
+    return EgressDenied(message, reason=reason, address=address)
+
+
+def _entry_field(entry: object, name: str, index: int) -> object:
+    if isinstance(entry, Mapping):
+        if name not in entry:
+            raise ValueError(f"allow[{index}]: missing field {name!r}")
+        return entry[name]
+    missing = object()
+    value = getattr(entry, name, missing)
+    if value is missing:
+        raise ValueError(f"allow[{index}]: {type(entry).__name__} has no field {name!r}")
+    return value
+
+
+def _parse_methods(value: object, index: int) -> frozenset[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(f"allow[{index}].methods must be a list of method names, not {value!r}")
+    methods = list(value)
+    if not methods:
+        raise ValueError(f"allow[{index}].methods must name at least one method")
+    for method in methods:
+        if not isinstance(method, str) or _METHOD.fullmatch(method) is None:
+            raise ValueError(f"allow[{index}].methods: {method!r} is not an upper-case method name")
+    return frozenset(methods)
+
+
+def _rule_from_entry(entry: object, index: int) -> AllowRule:
+    if isinstance(entry, Mapping):
+        unknown = sorted(str(key) for key in entry if key not in ALLOW_ENTRY_FIELDS)
+        if unknown:
+            raise ValueError(f"allow[{index}]: unknown fields {unknown}")
+    scheme, host, port, prefix, methods = (_entry_field(entry, name, index) for name in ALLOW_ENTRY_FIELDS)
+    if not isinstance(scheme, str) or not isinstance(host, str) or not isinstance(prefix, str):
+        raise ValueError(f"allow[{index}]: scheme, host and path_prefix must be strings")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
+        raise ValueError(f"allow[{index}].port must be null or an integer, not {port!r}")
+    try:
+        pattern = make_host_pattern(scheme, host, port)
+        path_prefix = normalize_path_prefix(prefix)
+    except ValueError as exc:
+        raise ValueError(f"allow[{index}]: {exc}") from None
+    return AllowRule(pattern=pattern, path_prefix=path_prefix, methods=_parse_methods(methods, index))
+
+
+@final
+class EgressPolicy:
+    """A package's egress allowlist (immutable). Build it with :meth:`from_allow`.
+
+    Args:
+        rules: parsed entries. :meta private:
+    """
+
+    __slots__ = ("_rules",)
+
+    def __init__(self, rules: tuple[AllowRule, ...]) -> None:
+        self._rules = tuple(rules)
+
+    @classmethod
+    def from_allow(cls, entries: Iterable[object]) -> EgressPolicy:
+        """Parse a manifest's ``http.allow`` entries.
+
+        Args:
+            entries: each a Mapping with exactly the keys ``scheme``, ``host``, ``port``,
+                ``path_prefix``, ``methods``, or an object with those attributes (the
+                manifest's ``AllowEntry``). ``port`` may be ``None`` (scheme default).
+
+        Raises:
+            ValueError: naming the entry and what is wrong; a bad entry is never widened.
+
+        Returns:
+            The policy (an empty list gives a policy that denies everything).
+        """
+        if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Iterable):
+            raise ValueError("http.allow must be a list of entries")
+        return cls(tuple(_rule_from_entry(entry, index) for index, entry in enumerate(entries)))
+
+    @property
+    def rules(self) -> tuple[AllowRule, ...]:
+        """The parsed entries, in manifest order."""
+        return self._rules
+
+    def admits_host(self, pattern: HostPattern) -> bool:
+        """Whether some entry covers every URL ``pattern`` matches (scheme, host, port).
+
+        For the manifest rule that a credential may only name hosts the allowlist admits.
+        """
+        return any(rule.pattern.covers(pattern) for rule in self._rules)
+
+    def check(self, method: str, url: str) -> EgressTarget:
+        """Normalize ``url`` and match it against the allowlist; no DNS.
+
+        Args:
+            method: the request method, exactly as sent (``"GET"``; case-sensitive).
+            url: the URL the guest asked for (untrusted).
+
+        Raises:
+            EgressDenied: with ``reason`` from :func:`normalize_url`, or
+                ``empty_allowlist``, ``insecure_scheme``, ``host_not_allowed``,
+                ``scheme_not_allowed``, ``port_not_allowed``, ``path_not_allowed``,
+                ``method_not_allowed``, checked in that order.
+
+        Returns:
+            The target to vet and send.
+        """
+        normalized = normalize_url(url)
+        if not self._rules:
+            raise _deny("empty_allowlist", "this package's manifest allows no network access")
+        hosts = [rule for rule in self._rules if rule.pattern.matches_host(normalized)]
+        if normalized.scheme == "http" and not any(
+            rule.pattern.scheme == "http" for rule in (hosts or self._rules)
+        ):
+            raise _deny("insecure_scheme", f"http:// to {normalized.host} is not allowed; use https")
+        if not hosts:
+            raise _deny("host_not_allowed", f"host {normalized.host} is not in the allowlist")
+        schemes = [rule for rule in hosts if rule.pattern.scheme == normalized.scheme]
+        if not schemes:
+            raise _deny("scheme_not_allowed", f"{normalized.scheme} is not allowed for {normalized.host}")
+        ports = [rule for rule in schemes if rule.pattern.port == normalized.port]
+        if not ports:
+            raise _deny("port_not_allowed", f"port {normalized.port} is not allowed for {normalized.host}")
+        paths = [rule for rule in ports if path_matches(rule.path_prefix, normalized.path)]
+        if not paths:
+            raise _deny(
+                "path_not_allowed", f"path {normalized.path[:200]} is not allowed on {normalized.host}"
+            )
+        if not isinstance(method, str) or not any(method in rule.methods for rule in paths):
+            raise _deny("method_not_allowed", f"method {str(method)[:32]!r} is not allowed there")
+        return EgressTarget.from_normalized(normalized)
+
+    def vet(
+        self, target: EgressTarget, resolver: Resolver, *, allow_loopback: bool = False
+    ) -> tuple[str, ...]:
+        """Resolve ``target.host`` once and refuse unless every address is public.
+
+        Args:
+            target: from :meth:`check`. An IP-literal target is vetted without DNS.
+            resolver: the DNS port, called at most once.
+            allow_loopback: TEST ONLY (host setting ``unsafe_allow_loopback``): loopback
+                addresses are accepted too; nothing else is.
+
+        Raises:
+            EgressDenied: ``dns_failure`` if resolution fails or returns nothing;
+                ``blocked_address`` if any address is not public (or not an address).
+
+        Returns:
+            The vetted addresses in canonical text, deduplicated, in answer order: the
+            only addresses the transport may connect to.
+        """
+        if target.host_kind == "dns":
+            answers = _resolve_once(target.host, resolver)
+        else:
+            answers = [target.host]
+        vetted: list[str] = []
+        for answer in answers:
+            address = canonical_address(answer) if isinstance(answer, str) else None
+            if address is None:
+                raise _deny(
+                    "blocked_address", f"{target.host} resolved to something that is not an IP address"
+                )
+            public = is_public_address(address) or (allow_loopback and is_loopback_address(address))
+            if not public:
+                raise _deny(
+                    "blocked_address",
+                    f"{target.host} is or resolves to a non-public address",
+                    address=address,
+                )
+            if address not in vetted:
+                vetted.append(address)
+        return tuple(vetted)
+
+
+def _resolve_once(host: str, resolver: Resolver) -> list[object]:
+    try:
+        answers = resolver(host)
+        listed: list[object] = [] if isinstance(answers, (str, bytes)) else list(answers)
+    except EgressDenied:
+        raise
+    except Exception as exc:
+        # The resolver is a port: whatever it raises means "no trustworthy answer".
+        raise _deny("dns_failure", f"could not resolve {host}") from exc
+    if not listed:
+        raise _deny("dns_failure", f"{host} did not resolve to any address")
+    return listed
+
+
+def system_resolver(host: str) -> list[str]:
+    """Resolve ``host`` with the operating system (``socket.getaddrinfo``, TCP).
+
+    Args:
+        host: a normalized DNS name.
+
+    Raises:
+        EgressDenied: ``dns_failure`` when resolution fails.
+
+    Returns:
+        The IPv4 and IPv6 addresses, deduplicated, in the resolver's order.
+    """
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise _deny("dns_failure", f"could not resolve {host}") from exc
+    addresses: list[str] = []
+    for family, _type, _proto, _name, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            address = str(sockaddr[0])
+            if address not in addresses:
+                addresses.append(address)
+    return addresses
