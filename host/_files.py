@@ -1,0 +1,81 @@
+"""Bounded reads of untrusted files and atomic writes of host state (STYLE §8, §9).
+
+Private helpers; not part of the public API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from host.errors import StockadeError
+
+__all__ = ["atomic_write", "read_regular"]
+
+
+def read_regular(path: Path, limit: int, *, what: str, error: type[StockadeError]) -> bytes:
+    """Read a regular file of at most ``limit`` bytes, once.
+
+    FIFOs, devices and directories are refused (opened non-blocking, checked with
+    ``fstat`` on the open descriptor, so a swap between check and read is harmless).
+
+    Args:
+        path: the file.
+        limit: the most bytes accepted.
+        what: a name for messages (``"manifest.json"``).
+        error: the StockadeError class to raise.
+
+    Raises:
+        StockadeError: of class ``error``: missing, unreadable, not regular, or too large.
+
+    Returns:
+        The bytes.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    shown = str(path)[:300]
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise error(f"cannot open {what} {shown!r}: {exc.strerror}", path=shown) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{what} {shown!r} is not a regular file", path=shown)
+        if info.st_size > limit:
+            raise error(f"{what} is {info.st_size} bytes, over the limit of {limit}", path=shown)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{what} grew past the limit of {limit} bytes while reading", path=shown)
+    return data
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Temp file in the same directory, write, flush, fsync, ``os.replace``, fsync the
+    directory: a crash leaves either the old or the new file, never a torn one.
+
+    Raises:
+        OSError: the write failed; ``path`` is unchanged and the temp file removed.
+    """
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,565 @@
+"""The package lock, its signatures and the accepted-generation state (DESIGN §4).
+
+``stockade.lock`` (JSON, format ``stockade.lock/1``) lists the packages a host trusts::
+
+    {"format": "stockade.lock/1", "generation": 2, "previous": "<sha256 of generation 1>",
+     "packages": [{"name": "tracker", "version": "1.2.0", "bundle": "bundles/tracker",
+                   "manifest_sha256": "<hex>", "module_sha256": "<hex>",
+                   "signature": "<base64 Ed25519>", "key_id": "<16 hex>"}]}
+
+Definitions (stable; reviewers and tools rely on them):
+
+- **Lock digest**: ``sha256(canonical_json(lock))`` (RFC 8785), so whitespace and key
+  order never change it. ``previous`` is the digest of the previous generation; it is
+  ``null`` exactly when ``generation`` is 1.
+- **Bundle location**: a relative POSIX path from the lock file's directory to the bundle
+  directory; absolute paths, ``..``, ``.``, empty segments and backslashes are refused,
+  and the resolved directory must stay inside the lock's directory.
+- **Signatures, key ids, trusted keys file**: see :mod:`host.signing` (re-exported here:
+  :func:`statement_for`, :func:`key_id_for`, :class:`TrustedKeys`).
+
+Verification order in :func:`load_lock` (each step fails closed):
+
+0. read the lock (at most 1 MiB), parse it strictly, compute its digest;
+1. for each package: read ``manifest.json`` and ``module.wasm`` once, as regular files
+   under size caps, and compare their sha256 with the lock *before* anything parses the
+   manifest or compiles the module (DIGEST_MISMATCH);
+2. verify the signature when present, and require it when
+   ``HostConfig.require_signatures`` (SIGNATURE_INVALID). A signature is never ignored:
+   one made by a key that is not trusted is refused even if signatures are optional;
+3. parse the manifest (MANIFEST_INVALID) and check it names the locked package, version
+   and module digest.
+
+:class:`LockState` then moves the accepted generation forward only (STYLE §8): a lower
+generation is a rollback, the same generation with another digest or a next generation
+whose ``previous`` is not the accepted digest is a fork; both raise LOCK_ROLLBACK and
+leave the state file untouched. ``unsafe_accept_rollback=True`` overrides, logs a
+warning, and is recorded in the state file's ``overrides`` list. Two limits of what a
+host can know: the first lock a state directory sees is trusted on first use, and a
+jump of more than one generation is accepted (the generations in between were never
+seen, so only a direct successor can be checked for chaining). The state file
+``state_dir/lock-state.json`` (format ``stockade.lock-state/1``) holds ``generation``,
+``digest``, ``history`` (last 1000 accepted) and ``overrides``; it is replaced
+atomically, and a corrupt one fails closed (LOCK_INVALID), never counts as empty.
+
+Example::
+
+    loaded = load_lock(Path("stockade.lock"), config=config, trusted_keys=None)
+    LockState(config.state_dir).accept(loaded)
+    registry = loaded.registry()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Final, Literal, final
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from host._files import atomic_write, read_regular
+from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
+from host.config import HostConfig
+from host.errors import (
+    DigestMismatch,
+    InputInvalid,
+    LockInvalid,
+    LockRollback,
+    ManifestInvalid,
+    SignatureInvalid,
+)
+from host.manifest import MAX_MANIFEST_BYTES, PackageManifest, is_name, is_semver
+from host.registry import Binding, FrozenRegistry
+from host.signing import (
+    KEYS_FORMAT,
+    TrustedKeys,
+    check_key_id,
+    check_signature_b64,
+    key_id_for,
+    statement_for,
+)
+
+__all__ = [
+    "KEYS_FORMAT",
+    "LOCK_FORMAT",
+    "MAX_MODULE_BYTES",
+    "AcceptedState",
+    "LoadedLock",
+    "LockEntry",
+    "LockState",
+    "LockedPackage",
+    "PackageLock",
+    "TrustedKeys",
+    "key_id_for",
+    "load_lock",
+    "statement_for",
+]
+
+LOCK_FORMAT: Final = "stockade.lock/1"
+STATE_FORMAT: Final = "stockade.lock-state/1"
+STATE_FILE: Final = "lock-state.json"
+MAX_LOCK_BYTES: Final = 1024 * 1024  # bytes; 128 entries need about 64 KiB
+MAX_STATE_BYTES: Final = 4 * 1024 * 1024  # bytes; history is capped below
+MAX_MODULE_BYTES: Final = 256 * 1024 * 1024  # bytes; a componentize-py plugin is about 18 MB
+MAX_HISTORY: Final = 1000  # accepted generations remembered in the state file
+MAX_PACKAGES: Final = 128  # a registry holds at most 128 tools, so at most 128 packages
+
+_log = logging.getLogger("stockade.lock")
+
+
+# --- formats -------------------------------------------------------------------------
+
+
+def _check_sha256(value: str) -> str:
+    if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
+        raise ValueError("must be 64 lowercase hexadecimal characters (sha256)")
+    return value
+
+
+def _check_bundle_path(value: str) -> str:
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value) or "\\" in value:
+        raise ValueError("bundle path may not hold control characters or backslashes")
+    if value.startswith("/") or (len(value) > 1 and value[1] == ":"):
+        raise ValueError("bundle path must be relative to the lock file's directory")
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        raise ValueError("bundle path may not hold '..', '.' or empty segments")
+    return value
+
+
+Sha256Hex = Annotated[str, AfterValidator(_check_sha256)]
+KeyId = Annotated[str, AfterValidator(check_key_id)]
+
+
+def _check_name(value: str) -> str:
+    if not is_name(value):
+        raise ValueError(f"{value[:80]!r} is not a package name")
+    return value
+
+
+def _check_version(value: str) -> str:
+    if not is_semver(value):
+        raise ValueError(f"{value[:80]!r} is not a canonical SemVer version")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class LockEntry(_Model):
+    """One package of a lock."""
+
+    name: Annotated[str, AfterValidator(_check_name)]
+    version: Annotated[str, AfterValidator(_check_version)]
+    bundle: Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_check_bundle_path)]
+    manifest_sha256: Sha256Hex
+    module_sha256: Sha256Hex
+    signature: Annotated[str, AfterValidator(check_signature_b64)] | None = None
+    key_id: KeyId | None = None
+
+    @model_validator(mode="after")
+    def _signature_and_key_together(self) -> LockEntry:
+        if (self.signature is None) != (self.key_id is None):
+            raise ValueError("signature and key_id must both be set or both be null")
+        return self
+
+
+class PackageLock(_Model):
+    """The lock file, format ``stockade.lock/1``. Build with :meth:`from_json`."""
+
+    format: Literal["stockade.lock/1"]
+    generation: Annotated[int, Field(ge=1, le=2**53 - 1)]
+    previous: Sha256Hex | None
+    packages: Annotated[tuple[LockEntry, ...], Field(max_length=MAX_PACKAGES)]
+
+    @model_validator(mode="after")
+    def _check_chain_and_names(self) -> PackageLock:
+        if (self.generation == 1) != (self.previous is None):
+            raise ValueError("'previous' must be null for generation 1 and set for every later one")
+        names = [entry.name for entry in self.packages]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"package listed twice: {', '.join(duplicates)}")
+        return self
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PackageLock:
+        """Parse and validate lock bytes.
+
+        Args:
+            data: the lock file's bytes (strict JSON, at most 1 MiB).
+
+        Raises:
+            LockInvalid: not strict JSON, unknown or missing fields, bad values;
+                ``details["problems"]`` lists them.
+
+        Returns:
+            The lock.
+        """
+        if not isinstance(data, bytes):
+            raise TypeError("PackageLock.from_json takes bytes")
+        try:
+            parse_json(data, max_bytes=MAX_LOCK_BYTES)
+        except InputInvalid as exc:
+            raise LockInvalid(f"lock is not strict JSON: {exc.message}") from None
+        try:
+            return cls.model_validate_json(data, strict=True)
+        except ValidationError as exc:
+            problems = _problems(exc)
+            first = problems[0] if problems else {"loc": "", "msg": "invalid"}
+            raise LockInvalid(
+                f"lock is invalid: {first['loc'] or '(document)'}: {first['msg']}", problems=problems
+            ) from None
+
+    def digest(self) -> str:
+        """``sha256(canonical_json(lock))``: the value the next generation's ``previous`` names."""
+        return digest_json(self.model_dump(mode="json"))
+
+
+def _problems(exc: ValidationError) -> list[dict[str, str]]:
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False)[:100]:
+        msg = str(error["msg"]).removeprefix("Value error, ")
+        problems.append({"loc": ".".join(str(part) for part in error["loc"]), "msg": msg})
+    return problems
+
+
+# --- loading -------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LockedPackage:
+    """One verified package: its manifest, module bytes and binding."""
+
+    manifest: PackageManifest = field(repr=False)
+    module_bytes: bytes = field(repr=False)  # verified against module_sha256
+    binding: Binding
+    bundle_dir: Path
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LoadedLock:
+    """A lock whose every digest and signature has been verified."""
+
+    path: Path
+    lock: PackageLock = field(repr=False)
+    digest: str
+    packages: tuple[LockedPackage, ...] = field(repr=False)
+
+    @property
+    def generation(self) -> int:
+        """The lock's generation."""
+        return self.lock.generation
+
+    @property
+    def previous(self) -> str | None:
+        """The digest of the previous generation, ``None`` for generation 1."""
+        return self.lock.previous
+
+    def registry(self) -> FrozenRegistry:
+        """Build the frozen registry of every tool of every package.
+
+        Raises:
+            LockInvalid: duplicate tools or more than 128 tools in total.
+        """
+        return FrozenRegistry.from_packages((p.manifest, p.binding) for p in self.packages)
+
+
+def _read(path: Path, limit: int, what: str) -> bytes:
+    return read_regular(path, limit, what=what, error=LockInvalid)
+
+
+def _bundle_dir(lock_dir: Path, entry: LockEntry) -> Path:
+    base = lock_dir.resolve()
+    target = (base / PurePosixPath(entry.bundle)).resolve()
+    if target != base and base not in target.parents:
+        raise LockInvalid(
+            f"bundle of {entry.name} resolves outside the lock's directory", package=entry.name
+        )
+    return target
+
+
+def _digest_check(entry: LockEntry, what: str, data: bytes, expected: str) -> None:
+    actual = sha256_hex(data)
+    if not hmac.compare_digest(actual, expected):
+        raise DigestMismatch(
+            f"{what} of {entry.name}@{entry.version} has sha256 {actual}, the lock pins {expected}",
+            package=entry.name,
+            file=what,
+            expected=expected,
+            actual=actual,
+        )
+
+
+def _verify_signature(entry: LockEntry, *, require: bool, keys: TrustedKeys | None) -> None:
+    """Verify when required by policy or when present: a signature is never ignored."""
+    if not require and entry.signature is None:
+        return
+    if keys is None:
+        raise SignatureInvalid(
+            f"package {entry.name}@{entry.version} needs signature verification but no "
+            "trusted keys are configured",
+            package=entry.name,
+        )
+    keys.verify(
+        entry.name, entry.version, entry.manifest_sha256, entry.module_sha256,
+        signature=entry.signature, key_id=entry.key_id,
+    )
+
+
+def _load_package(
+    entry: LockEntry,
+    lock_dir: Path,
+    generation: int,
+    config: HostConfig,
+    keys: TrustedKeys | None,
+) -> LockedPackage:
+    bundle_dir = _bundle_dir(lock_dir, entry)
+    manifest_bytes = _read(bundle_dir / "manifest.json", MAX_MANIFEST_BYTES, "manifest.json")
+    module_bytes = _read(bundle_dir / "module.wasm", MAX_MODULE_BYTES, "module.wasm")
+    # (1) digests before anything parses or compiles these bytes.
+    _digest_check(entry, "manifest.json", manifest_bytes, entry.manifest_sha256)
+    _digest_check(entry, "module.wasm", module_bytes, entry.module_sha256)
+    # (2) signatures, over the digests just checked.
+    _verify_signature(entry, require=config.require_signatures, keys=keys)
+    # (3) the manifest, now that its bytes are the locked ones.
+    try:
+        manifest = PackageManifest.from_json(manifest_bytes, ceilings=config.ceilings)
+    except ManifestInvalid as exc:
+        raise ManifestInvalid(
+            f"package {entry.name}@{entry.version}: {exc.message}",
+            problems=exc.details.get("problems", []),
+            package=entry.name,
+        ) from None
+    if (manifest.package.name, manifest.package.version) != (entry.name, entry.version):
+        raise LockInvalid(
+            f"lock entry {entry.name}@{entry.version} points at a bundle of "
+            f"{manifest.package.name}@{manifest.package.version}",
+            package=entry.name,
+        )
+    if manifest.module.sha256 != entry.module_sha256:
+        raise DigestMismatch(
+            f"manifest of {entry.name} pins module sha256 {manifest.module.sha256}, "
+            f"the lock pins {entry.module_sha256}",
+            package=entry.name,
+            file="module.wasm",
+        )
+    binding = Binding(entry.name, entry.version, generation, entry.manifest_sha256, entry.module_sha256)
+    return LockedPackage(manifest=manifest, module_bytes=module_bytes, binding=binding, bundle_dir=bundle_dir)
+
+
+def load_lock(path: Path, *, config: HostConfig, trusted_keys: TrustedKeys | None) -> LoadedLock:
+    """Read a lock and verify every package it names (see the module docstring for order).
+
+    Args:
+        path: the lock file.
+        config: host configuration (ceilings, ``require_signatures``, ``trusted_keys_file``).
+        trusted_keys: the trusted keys; ``None`` loads ``config.trusted_keys_file`` when
+            set, otherwise no key is trusted (every signed package is then refused).
+
+    Raises:
+        LockInvalid: unreadable or malformed lock or bundle, or a lock entry naming
+            another package than its manifest.
+        DigestMismatch: a bundle file does not match its pinned sha256.
+        SignatureInvalid: a signature is missing where required, by an untrusted key, or bad.
+        ManifestInvalid: a (digest-verified) manifest is invalid.
+
+    Returns:
+        The verified lock. Nothing is persisted: call :meth:`LockState.accept` next.
+    """
+    path = Path(path)
+    lock = PackageLock.from_json(_read(path, MAX_LOCK_BYTES, "lock file"))
+    keys = trusted_keys
+    if keys is None and config.trusted_keys_file is not None:
+        keys = TrustedKeys.load(config.trusted_keys_file)
+    lock_dir = path.parent
+    packages = tuple(_load_package(e, lock_dir, lock.generation, config, keys) for e in lock.packages)
+    return LoadedLock(path=path, lock=lock, digest=lock.digest(), packages=packages)
+
+
+# --- accepted state ------------------------------------------------------------------
+
+
+class _HistoryItem(_Model):
+    generation: Annotated[int, Field(ge=1)]
+    digest: Sha256Hex
+    accepted_at: str
+
+
+class _Override(_Model):
+    at: str
+    reason: Literal["rollback", "fork"]
+    old_generation: Annotated[int, Field(ge=1)]
+    old_digest: Sha256Hex
+    new_generation: Annotated[int, Field(ge=1)]
+    new_digest: Sha256Hex
+
+
+class AcceptedState(_Model):
+    """The state file: the highest accepted generation, its digest, history and overrides."""
+
+    format: Literal["stockade.lock-state/1"]
+    generation: Annotated[int, Field(ge=1)]
+    digest: Sha256Hex
+    history: tuple[_HistoryItem, ...]
+    overrides: tuple[_Override, ...] = ()
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@final
+class LockState:
+    """The accepted lock generation of one host, kept in ``state_dir/lock-state.json``.
+
+    Args:
+        state_dir: the host's state directory (created with mode 0700 if missing).
+        now: clock for timestamps in the state file (injectable for tests).
+    """
+
+    __slots__ = ("_now", "_path", "_state_dir")
+
+    def __init__(self, state_dir: Path, *, now: Callable[[], datetime] = _utc_now) -> None:
+        self._state_dir = Path(state_dir)
+        self._path = self._state_dir / STATE_FILE
+        self._now = now
+
+    @property
+    def path(self) -> Path:
+        """The state file."""
+        return self._path
+
+    def current(self) -> AcceptedState | None:
+        """The accepted state, or ``None`` if no lock was ever accepted here.
+
+        Raises:
+            LockInvalid: the state file exists but is unreadable or corrupt (fail closed:
+                a corrupt state is never treated as empty).
+        """
+        try:
+            data = _read(self._path, MAX_STATE_BYTES, "lock state file")
+        except LockInvalid:
+            if not os.path.lexists(self._path):
+                return None
+            raise
+        try:
+            parse_json(data, max_bytes=MAX_STATE_BYTES)
+            return AcceptedState.model_validate_json(data, strict=True)
+        except (InputInvalid, ValidationError):
+            raise LockInvalid(
+                f"lock state file {str(self._path)!r} is corrupt; refusing to guess the accepted generation",
+                hint="Restore the state file from a backup; deleting it re-trusts any lock on first use.",
+            ) from None
+
+    def check(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> None:
+        """Raise if :meth:`accept` would refuse ``lock``; never writes.
+
+        Raises:
+            LockRollback: lower generation, or a fork of the accepted one.
+            LockInvalid: the state file is corrupt.
+        """
+        self._judge(self.current(), lock, unsafe_accept_rollback=unsafe_accept_rollback)
+
+    def accept(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> None:
+        """Accept a verified lock and persist its generation atomically.
+
+        Args:
+            lock: a lock returned by :func:`load_lock` (fully verified).
+            unsafe_accept_rollback: accept a rollback or fork anyway. Logs a warning and
+                is recorded in the state file's ``overrides``. Operators only.
+
+        Raises:
+            LockRollback: ``lock.generation`` is lower than the accepted one, or equal with
+                another digest, or the next one with a ``previous`` that is not the
+                accepted digest (all forks). The state file is left untouched.
+            LockInvalid: the state file is corrupt or cannot be written.
+        """
+        self._state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with self._exclusive():
+            current = self.current()
+            reason = self._judge(current, lock, unsafe_accept_rollback=unsafe_accept_rollback)
+            if current is not None and reason is None and current.digest == lock.digest:
+                return  # the same lock again: nothing to record
+            self._write(self._next_state(current, lock, reason))
+
+    def _judge(
+        self, current: AcceptedState | None, lock: LoadedLock, *, unsafe_accept_rollback: bool
+    ) -> Literal["rollback", "fork"] | None:
+        """Return ``None`` when acceptable, the overridden reason, or raise LockRollback."""
+        if current is None:
+            return None  # first use: nothing to compare against
+        reason: Literal["rollback", "fork"] | None = None
+        offered, accepted = lock.generation, current.generation
+        detail = ""
+        if offered < accepted:
+            reason, detail = "rollback", f"generation {offered} is older than accepted {accepted}"
+        elif offered == accepted and lock.digest != current.digest:
+            reason, detail = "fork", f"generation {offered} differs from the accepted lock of that generation"
+        elif offered == accepted + 1 and lock.previous != current.digest:
+            reason, detail = "fork", f"generation {offered} does not chain to accepted generation {accepted}"
+        if reason is None:
+            return None
+        if not unsafe_accept_rollback:
+            raise LockRollback(
+                f"lock {reason} refused: {detail}",
+                reason=reason,
+                accepted_generation=current.generation,
+                accepted_digest=current.digest,
+                offered_generation=lock.generation,
+                offered_digest=lock.digest,
+            )
+        _log.warning(
+            "unsafe_accept_rollback: accepting lock %s (generation %d, %s) over accepted "
+            "generation %d (%s); this is recorded in %s",
+            reason, lock.generation, lock.digest, current.generation, current.digest, self._path,
+        )
+        return reason
+
+    def _next_state(
+        self, current: AcceptedState | None, lock: LoadedLock, reason: Literal["rollback", "fork"] | None
+    ) -> AcceptedState:
+        at = self._now().astimezone(timezone.utc).isoformat()
+        history = (*(current.history if current else ()), _HistoryItem(
+            generation=lock.generation, digest=lock.digest, accepted_at=at
+        ))[-MAX_HISTORY:]
+        overrides = current.overrides if current else ()
+        if reason is not None and current is not None:
+            overrides = (*overrides, _Override(
+                at=at, reason=reason,
+                old_generation=current.generation, old_digest=current.digest,
+                new_generation=lock.generation, new_digest=lock.digest,
+            ))
+        return AcceptedState(
+            format=STATE_FORMAT, generation=lock.generation, digest=lock.digest,
+            history=history, overrides=overrides,
+        )
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Serialize accept() between processes sharing the state directory."""
+        try:
+            import fcntl  # noqa: PLC0415 - POSIX only; elsewhere accept() is single-process
+        except ImportError:  # pragma: no cover
+            yield
+            return
+        fd = os.open(self._state_dir / ".lock-state.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _write(self, state: AcceptedState) -> None:
+        try:
+            atomic_write(self._path, canonical_json(state.model_dump(mode="json")))
+        except OSError as exc:
+            raise LockInvalid(f"cannot write the lock state file: {exc.strerror}") from exc

@@ -1,0 +1,254 @@
+"""Package signatures and trusted keys (DESIGN §4). Re-exported by :mod:`host.lock`.
+
+Definitions (stable; authors' tools and reviewers rely on them):
+
+- **Signed statement**: :func:`statement_for` — RFC 8785 canonical JSON of
+  ``{"package", "version", "manifest_sha256", "module_sha256"}``. The signature is
+  Ed25519 over exactly those bytes, written as canonical base64 (standard alphabet,
+  padded) of the 64 signature bytes.
+- **Key id**: the first 16 hex characters of sha256 of the raw 32-byte public key
+  (:func:`key_id_for`). The trusted keys file must state it, and it must match.
+- **Trusted keys file** (format ``stockade.keys/1``)::
+
+      {"format": "stockade.keys/1",
+       "keys": [{"key_id": "<16 hex>", "public_key": "<base64 of the raw 32 bytes>"}]}
+
+Example::
+
+    keys = TrustedKeys.load(Path("trusted-keys.json"))
+    keys.verify("tracker", "1.2.0", manifest_sha256, module_sha256,
+                signature=entry.signature, key_id=entry.key_id)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Final, Literal, final
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from host._files import read_regular
+from host.canonical import canonical_json, parse_json, sha256_hex
+from host.errors import InputInvalid, LockInvalid, SignatureInvalid
+
+__all__ = [
+    "KEYS_FORMAT",
+    "TrustedKeys",
+    "check_key_id",
+    "check_signature_b64",
+    "key_id_for",
+    "statement_for",
+]
+
+KEYS_FORMAT: Final = "stockade.keys/1"
+MAX_KEYS_BYTES: Final = 1024 * 1024  # bytes
+MAX_KEYS: Final = 256  # trusted keys in one file
+
+
+def statement_for(package: str, version: str, manifest_sha256: str, module_sha256: str) -> bytes:
+    """The exact bytes a package signature covers.
+
+    Args:
+        package: package name.
+        version: exact package version.
+        manifest_sha256: sha256 hex of the bundle's ``manifest.json`` bytes.
+        module_sha256: sha256 hex of the bundle's ``module.wasm`` bytes.
+
+    Returns:
+        RFC 8785 canonical JSON of the four fields.
+    """
+    return canonical_json(
+        {
+            "package": package,
+            "version": version,
+            "manifest_sha256": manifest_sha256,
+            "module_sha256": module_sha256,
+        }
+    )
+
+
+def key_id_for(public_key: bytes) -> str:
+    """The key id of a raw Ed25519 public key: the first 16 hex characters of its sha256.
+
+    Args:
+        public_key: the raw 32-byte public key.
+
+    Raises:
+        ValueError: not 32 bytes (caller misuse).
+
+    Returns:
+        16 lowercase hex characters.
+    """
+    if len(public_key) != 32:
+        raise ValueError("an Ed25519 public key is 32 raw bytes")
+    return sha256_hex(public_key)[:16]
+
+
+def _decode_b64(value: str, size: int, what: str) -> bytes:
+    try:
+        raw = base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise ValueError(f"{what} is not standard base64") from None
+    if len(raw) != size or base64.b64encode(raw).decode("ascii") != value:
+        raise ValueError(f"{what} must be canonical base64 of exactly {size} bytes")
+    return raw
+
+
+def check_key_id(value: str) -> str:
+    """Pydantic check: ``value`` is a key id (16 lowercase hex).
+
+    Raises:
+        ValueError: it is not.
+    """
+    if len(value) != 16 or any(ch not in "0123456789abcdef" for ch in value):
+        raise ValueError("key_id must be 16 lowercase hexadecimal characters (see key_id_for)")
+    return value
+
+
+def check_signature_b64(value: str) -> str:
+    """Pydantic check: ``value`` is canonical base64 of a 64-byte Ed25519 signature.
+
+    Raises:
+        ValueError: it is not.
+    """
+    _decode_b64(value, 64, "signature")
+    return value
+
+
+def _check_public_key(value: str) -> str:
+    _decode_b64(value, 32, "public_key")
+    return value
+
+
+class _KeyEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    key_id: Annotated[str, AfterValidator(check_key_id)]
+    public_key: Annotated[str, AfterValidator(_check_public_key)]
+
+
+class _KeysFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    format: Literal["stockade.keys/1"]
+    keys: Annotated[tuple[_KeyEntry, ...], Field(max_length=MAX_KEYS)]
+
+
+@final
+class TrustedKeys:
+    """The Ed25519 public keys trusted to sign packages, by key id.
+
+    Args:
+        keys: key id → raw 32-byte public key; every id must equal :func:`key_id_for`.
+
+    Raises:
+        LockInvalid: an id does not match its key, or a key is not a valid Ed25519 key.
+    """
+
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys: Mapping[str, bytes]) -> None:
+        table: dict[str, Ed25519PublicKey] = {}
+        for key_id, raw in keys.items():
+            if len(raw) != 32 or key_id_for(raw) != key_id:
+                raise LockInvalid(f"trusted key {key_id[:40]!r} does not match its public key")
+            try:
+                table[key_id] = Ed25519PublicKey.from_public_bytes(raw)
+            except ValueError as exc:
+                raise LockInvalid(f"trusted key {key_id!r} is not an Ed25519 key") from exc
+        self._keys: Mapping[str, Ed25519PublicKey] = MappingProxyType(table)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TrustedKeys:
+        """Parse a trusted keys file (format ``stockade.keys/1``).
+
+        Raises:
+            LockInvalid: malformed file, duplicate key id, or an id not matching its key.
+
+        Returns:
+            The keys.
+        """
+        try:
+            parse_json(data, max_bytes=MAX_KEYS_BYTES)
+            parsed = _KeysFile.model_validate_json(data, strict=True)
+        except (InputInvalid, ValidationError) as exc:
+            raise LockInvalid(f"trusted keys file is invalid: {_first_problem(exc)}") from None
+        keys: dict[str, bytes] = {}
+        for entry in parsed.keys:
+            if entry.key_id in keys:
+                raise LockInvalid(f"trusted keys file lists key {entry.key_id} twice")
+            keys[entry.key_id] = base64.b64decode(entry.public_key)
+        return cls(keys)
+
+    @classmethod
+    def load(cls, path: Path) -> TrustedKeys:
+        """Read and parse a trusted keys file.
+
+        Raises:
+            LockInvalid: unreadable or invalid file.
+
+        Returns:
+            The keys.
+        """
+        data = read_regular(Path(path), MAX_KEYS_BYTES, what="trusted keys file", error=LockInvalid)
+        return cls.from_json(data)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"TrustedKeys({sorted(self._keys)})"
+
+    def verify(
+        self,
+        package: str,
+        version: str,
+        manifest_sha256: str,
+        module_sha256: str,
+        *,
+        signature: str | None,
+        key_id: str | None,
+    ) -> None:
+        """Verify a package signature over :func:`statement_for` of the four fields.
+
+        Raises:
+            SignatureInvalid: no signature, unknown key id, or the signature does not verify.
+        """
+        who = f"{package}@{version}"
+        if signature is None or key_id is None:
+            raise SignatureInvalid(f"package {who} is not signed", package=package)
+        key = self._keys.get(key_id)
+        if key is None:
+            raise SignatureInvalid(
+                f"package {who} is signed by key {key_id[:40]}, which is not a trusted key",
+                package=package,
+                key_id=key_id[:40],
+            )
+        try:
+            raw = _decode_b64(signature, 64, "signature")
+            key.verify(raw, statement_for(package, version, manifest_sha256, module_sha256))
+        except (InvalidSignature, ValueError):
+            raise SignatureInvalid(
+                f"signature of package {who} does not verify with key {key_id}",
+                package=package,
+                key_id=key_id,
+            ) from None
+
+
+def _first_problem(exc: InputInvalid | ValidationError) -> str:
+    if isinstance(exc, InputInvalid):
+        return exc.message
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return "invalid"
+    first = errors[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"

@@ -1,0 +1,168 @@
+"""Bundles and package signing for authors (DESIGN §3, §4).
+
+A bundle is a directory holding ``manifest.json`` and ``module.wasm``. Authors sign the
+statement of :func:`host.lock.statement_for` with an Ed25519 key; hosts list the public
+key in a trusted keys file (format ``stockade.keys/1``) and verify with ``host.lock``.
+
+Example::
+
+    private_pem, public_raw = generate_keypair()
+    bundle = read_bundle(Path("dist/tracker"))
+    signature, key_id = sign_package(private_pem, bundle.manifest.package.name,
+                                     bundle.manifest.package.version,
+                                     bundle.manifest_sha256, bundle.module_sha256)
+    write_keys_file(Path("trusted-keys.json"), [public_raw])
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from host._files import atomic_write, read_regular
+from host.canonical import canonical_json, sha256_hex
+from host.config import DEFAULT_CEILINGS, Ceilings
+from host.errors import DigestMismatch, LockInvalid
+from host.lock import KEYS_FORMAT, MAX_MODULE_BYTES, key_id_for, statement_for
+from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
+
+__all__ = [
+    "Bundle",
+    "generate_keypair",
+    "load_private_key",
+    "read_bundle",
+    "sign_package",
+    "write_keys_file",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """A bundle read from disk: the parsed manifest, the raw bytes and their digests."""
+
+    directory: Path
+    manifest: PackageManifest = field(repr=False)
+    manifest_bytes: bytes = field(repr=False)
+    module_bytes: bytes = field(repr=False)
+    manifest_sha256: str
+    module_sha256: str
+
+
+def read_bundle(directory: Path, *, ceilings: Ceilings = DEFAULT_CEILINGS) -> Bundle:
+    """Read and check a bundle directory.
+
+    Args:
+        directory: holds ``manifest.json`` and ``module.wasm``.
+        ceilings: the ceilings the manifest must respect.
+
+    Raises:
+        LockInvalid: a file is missing, not regular or too large.
+        ManifestInvalid: the manifest is invalid.
+        DigestMismatch: ``module.sha256`` in the manifest is not the module's sha256.
+
+    Returns:
+        The bundle.
+    """
+    directory = Path(directory)
+    manifest_path, module_path = directory / "manifest.json", directory / "module.wasm"
+    manifest_bytes = read_regular(manifest_path, MAX_MANIFEST_BYTES, what="manifest.json", error=LockInvalid)
+    module_bytes = read_regular(module_path, MAX_MODULE_BYTES, what="module.wasm", error=LockInvalid)
+    manifest = PackageManifest.from_json(manifest_bytes, ceilings=ceilings)
+    module_sha256 = sha256_hex(module_bytes)
+    if manifest.module.sha256 != module_sha256:
+        raise DigestMismatch(
+            f"manifest pins module sha256 {manifest.module.sha256}, module.wasm has {module_sha256}",
+            file="module.wasm",
+        )
+    return Bundle(
+        directory=directory,
+        manifest=manifest,
+        manifest_bytes=manifest_bytes,
+        module_bytes=module_bytes,
+        manifest_sha256=sha256_hex(manifest_bytes),
+        module_sha256=module_sha256,
+    )
+
+
+def generate_keypair() -> tuple[bytes, bytes]:
+    """Make a new Ed25519 signing key.
+
+    Returns:
+        ``(private_pem, public_raw)``: the private key as unencrypted PKCS#8 PEM (store it
+        with mode 0600) and the raw 32-byte public key (for the trusted keys file).
+    """
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return pem, public
+
+
+def load_private_key(key: bytes | Ed25519PrivateKey) -> Ed25519PrivateKey:
+    """Accept an Ed25519 key as an object, PKCS#8 PEM bytes or 32 raw bytes.
+
+    Raises:
+        ValueError: not an unencrypted Ed25519 private key.
+
+    Returns:
+        The key.
+    """
+    if isinstance(key, Ed25519PrivateKey):
+        return key
+    if len(key) == 32:
+        return Ed25519PrivateKey.from_private_bytes(key)
+    loaded = serialization.load_pem_private_key(key, password=None)
+    if not isinstance(loaded, Ed25519PrivateKey):
+        raise ValueError("the signing key must be an Ed25519 private key")
+    return loaded
+
+
+def sign_package(
+    private_key: bytes | Ed25519PrivateKey,
+    name: str,
+    version: str,
+    manifest_sha256: str,
+    module_sha256: str,
+) -> tuple[str, str]:
+    """Sign a package statement (:func:`host.lock.statement_for`).
+
+    Args:
+        private_key: Ed25519 key (object, PEM or 32 raw bytes).
+        name: package name.
+        version: exact package version.
+        manifest_sha256: sha256 hex of ``manifest.json``.
+        module_sha256: sha256 hex of ``module.wasm``.
+
+    Raises:
+        ValueError: the key is not an Ed25519 private key.
+
+    Returns:
+        ``(signature_b64, key_id)`` for the lock entry.
+    """
+    key = load_private_key(private_key)
+    signature = key.sign(statement_for(name, version, manifest_sha256, module_sha256))
+    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(signature).decode("ascii"), key_id_for(public)
+
+
+def write_keys_file(path: Path, public_keys: Iterable[bytes]) -> None:
+    """Write a trusted keys file (format ``stockade.keys/1``) atomically.
+
+    Args:
+        path: where to write it.
+        public_keys: raw 32-byte Ed25519 public keys.
+
+    Raises:
+        ValueError: a key is not 32 bytes.
+    """
+    keys = [
+        {"key_id": key_id_for(raw), "public_key": base64.b64encode(raw).decode("ascii")}
+        for raw in public_keys
+    ]
+    atomic_write(Path(path), canonical_json({"format": KEYS_FORMAT, "keys": keys}), mode=0o644)
