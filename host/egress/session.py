@@ -1,0 +1,493 @@
+"""One tool call's egress: the :class:`EgressPort` the sandbox calls (DESIGN §8 steps 1–10).
+
+An :class:`EgressSession` is built by the gateway for ONE call of ONE package and
+performs every ``http-request`` of that call. :meth:`EgressSession.send` never raises for
+a guest mistake: every refusal comes back as an :class:`HttpFailure` whose detail is
+redacted. Steps, in order, for each request:
+
+1. Budget: the ``max_requests``-th + 1 call of :meth:`send` is ``budget-exhausted``.
+   Every call counts, refused ones included (a guest cannot probe the policy for free);
+   redirect hops do not (at most 3 per request, each recorded in the usage).
+   A body over ``http.max_request_bytes`` is ``too-large``.
+2. Hygiene (:mod:`host.egress.hygiene`): method token, header syntax and size
+   (``invalid-request``), host-owned and credential-like headers (``denied``).
+3. + 4. Normalization and allowlist (``EgressPolicy.check``): ``denied`` with the policy's
+   reason (``invalid-request`` for a malformed URL); then credential-like query parameter
+   names are refused (``denied``).
+5. DNS (``EgressPolicy.vet``): resolved once; the transport connects only to the vetted
+   addresses (:mod:`host.egress.transport`), TLS still verifying the host name.
+6. Credentials (:mod:`host.egress.router`): this package's mappings only. A required
+   secret that is missing is ``credential-unavailable`` (detail: the secret's name);
+   two mappings writing one location are ``denied`` ("credential conflict").
+7. Send an ``httpx.Request`` straight to the transport (no ``httpx.Client``: nothing
+   from the environment, no proxies, no automatic redirects, no cookie jar). Timeout:
+   min(guest ``timeout_ms``, the call's remaining time, the manifest's
+   ``http.timeout_ms``), one absolute deadline for the request and its redirects,
+   enforced on every socket operation. The response is streamed and cut at
+   ``http.max_response_bytes`` (``too-large``), also without a Content-Length.
+8. Redirects (301, 302, 303, 307, 308 with one ``Location``): at most 3 hops; each is
+   re-checked from step 3 (normalization, allowlist, DNS), every header of the previous
+   hop is dropped (the guest's too), credentials are routed again for the new
+   destination only; 301/302/303 become GET (HEAD stays HEAD) without body, 307/308 keep
+   method and body. A ``Location`` that carries a staged secret (in any form the redactor
+   knows) is refused, so a query credential never follows a redirect. A 4th redirect is
+   ``denied`` ("too many redirects").
+9. Response: ``Set-Cookie`` and credential-like headers dropped, body decoded and every
+   staged secret form replaced with ``[REDACTED]`` in header names, values and the body.
+10. Usage: one :class:`RequestRecord` per hop sent and per refused request: method,
+    host, normalized path (never the query), status, body bytes each way, duration and
+    an outcome such as ``ok``, ``redirect``, ``too-large`` or ``denied:host_not_allowed``.
+
+Failures map as: ``EgressDenied`` → ``denied`` (``invalid-request`` for the reasons in
+:data:`~host.egress.hygiene.INVALID_REQUEST_REASONS`); ``CredentialUnavailable`` →
+``credential-unavailable``; httpx timeouts → ``timeout``; other transport, TLS and
+protocol errors → ``network``.
+
+Example::
+
+    session = EgressSession(manifest.http, policy, package="tracker",
+                            credentials=manifest.http.credentials, staged=staged,
+                            max_requests=manifest.limits.max_http_requests,
+                            deadline=time.monotonic() + 10, resolver=system_resolver,
+                            redactor=Redactor(staged.values()))
+    with session:
+        result = session.send(HttpRequest("GET", "https://api.tracker.example/v1/issues",
+                                          (), None, None))
+    session.usage.requests
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Protocol
+from urllib.parse import urljoin
+
+import httpx
+
+from host.egress.hygiene import (
+    INVALID_REQUEST_REASONS,
+    check_method,
+    check_query,
+    check_request_headers,
+    sanitize_response_headers,
+)
+from host.egress.policy import EgressPolicy, EgressTarget, Resolver
+from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
+from host.egress.router import CredentialMappingLike, CredentialRouter, apply_injections
+from host.egress.transport import Pins, TransportFactory, pinned_transport_factory
+from host.egress.urls import normalize_url
+from host.errors import CredentialUnavailable, EgressDenied
+from host.redact import Redactor
+from host.secrets import SecretValue
+
+__all__ = ["MAX_REDIRECTS", "EgressSession", "EgressUsage", "HttpLimits", "RequestRecord"]
+
+MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
+_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+_DECODABLE: Final = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
+_DEFAULT_HEADERS: Final = (
+    ("Accept", "*/*"),
+    ("Accept-Encoding", "identity"),  # so that redaction sees the body as sent
+    ("User-Agent", "stockade-egress"),
+)
+
+
+class HttpLimits(Protocol):
+    """What the session reads of a manifest's ``http`` section (``host.manifest.HttpConfig``)."""
+
+    @property
+    def max_request_bytes(self) -> int: ...
+
+    @property
+    def max_response_bytes(self) -> int: ...
+
+    @property
+    def timeout_ms(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request (or redirect hop) as recorded for usage and audit. No secrets, no query.
+
+    Attributes:
+        method: the method sent (``"?"`` if the guest's was malformed).
+        host: the normalized host (``""`` if the URL was refused before normalization).
+        path: the normalized path, without query (``""`` likewise).
+        status: the HTTP status, or ``None`` when no response was received.
+        bytes_sent: request body bytes.
+        bytes_received: response body bytes read from the network.
+        duration_ms: wall time of this hop (or of the refusal), in milliseconds.
+        outcome: ``ok``, ``redirect``, a failure kind (``too-large``, ``timeout``,
+            ``network``, ``budget-exhausted``, ``credential-unavailable``) or
+            ``denied:<reason>`` / ``invalid-request:<reason>``.
+    """
+
+    method: str
+    host: str
+    path: str
+    status: int | None
+    bytes_sent: int
+    bytes_received: int
+    duration_ms: float
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class EgressUsage:
+    """A call's egress so far: every record and the byte totals (bodies only)."""
+
+    requests: tuple[RequestRecord, ...]
+    bytes_sent: int
+    bytes_received: int
+
+
+class _Refused(Exception):
+    """Internal: unwinds a request into an HttpFailure (never leaves this module)."""
+
+    def __init__(self, kind: FailureKind, detail: str, outcome: str | None = None) -> None:
+        super().__init__(detail)
+        self.kind: FailureKind = kind
+        self.detail = detail
+        self.outcome = outcome if outcome is not None else kind
+
+
+@dataclass(slots=True)
+class _Hop:
+    """What the current hop is known to be, for its record."""
+
+    method: str
+    host: str = ""
+    path: str = ""
+    status: int | None = None
+    sent: int = 0
+    dispatched: bool = False
+    received: int = 0
+    started: float = 0.0
+
+
+class EgressSession:
+    """The egress port of one tool call (not thread-safe; one call, one guest).
+
+    Args:
+        http: the package's ``http`` config (request/response byte limits, timeout).
+        policy: the package's allowlist (``EgressPolicy.from_allow(http.allow)``).
+        package: the package name (for messages).
+        credentials: the package's own credential mappings; no other mapping is used.
+        staged: the secrets staged for this call, by name.
+        max_requests: ``limits.max_http_requests`` of the package.
+        deadline: ``time.monotonic()`` at which the whole call must end.
+        resolver: the DNS port.
+        transport_factory: builds the transport from the pin table (default: the pinned
+            transport trusting the system CAs and ``ca_file``).
+        ca_file: extra trusted CA bundle (``HostConfig.extra_ca_file``).
+        allow_loopback: TEST ONLY, from ``HostConfig.unsafe_allow_loopback``.
+        redactor: redacts every staged secret (built by the gateway with the staged
+            values and the basic-auth usernames of ``credentials``).
+
+    Raises:
+        ValueError: a credential mapping is invalid, or ``max_requests`` is negative.
+        OSError, ssl.SSLError: ``ca_file`` cannot be loaded.
+    """
+
+    def __init__(
+        self,
+        http: HttpLimits,
+        policy: EgressPolicy,
+        *,
+        package: str,
+        credentials: Sequence[CredentialMappingLike],
+        staged: Mapping[str, SecretValue],
+        max_requests: int,
+        deadline: float,
+        resolver: Resolver,
+        transport_factory: TransportFactory | None = None,
+        ca_file: Path | None = None,
+        allow_loopback: bool = False,
+        redactor: Redactor,
+    ) -> None:
+        if max_requests < 0:
+            raise ValueError("max_requests must be >= 0")
+        self.package = package
+        self._http = http
+        self._policy = policy
+        self._router = CredentialRouter(credentials)
+        self._staged = staged
+        self._max_requests = max_requests
+        self._deadline = deadline
+        self._resolver = resolver
+        self._allow_loopback = allow_loopback
+        self._redactor = redactor
+        self._pins = Pins()
+        factory = transport_factory or pinned_transport_factory(ca_file=ca_file)
+        # Requests go straight to the transport, never through httpx.Client: nothing is
+        # read from the environment (proxies, CA paths: trust_env is moot), there is no
+        # cookie jar carrying state between hosts, and no redirect machinery at all.
+        self._transport = factory(self._pins)
+        # Close pooled sockets even if the owner forgets close() (no ResourceWarning).
+        self._finalizer = weakref.finalize(self, self._transport.close)
+        self._calls = 0
+        self._records: list[RequestRecord] = []
+        self._over_budget_recorded = False
+
+    # --- lifecycle ---
+
+    def close(self) -> None:
+        """Close pooled connections. Idempotent; :meth:`send` fails with ``network`` after."""
+        self._finalizer()
+
+    def __enter__(self) -> EgressSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def usage(self) -> EgressUsage:
+        """Every record so far and the byte totals."""
+        records = tuple(self._records)
+        return EgressUsage(
+            requests=records,
+            bytes_sent=sum(r.bytes_sent for r in records),
+            bytes_received=sum(r.bytes_received for r in records),
+        )
+
+    # --- the port ---
+
+    def send(self, request: HttpRequest) -> HttpResponse | HttpFailure:
+        """Perform (or refuse) one guest request; never raises for guest mistakes.
+
+        Args:
+            request: the guest's request (untrusted).
+
+        Returns:
+            The sanitized response, or a failure with a redacted detail.
+        """
+        hop = _Hop(method=request.method if _printable(request.method) else "?")
+        hop.started = time.monotonic()
+        try:
+            return self._perform(request, hop)
+        except _Refused as refusal:
+            self._record(hop, refusal.outcome)
+            return HttpFailure(refusal.kind, self._redactor.text(refusal.detail))
+
+    def _perform(self, request: HttpRequest, hop: _Hop) -> HttpResponse:
+        self._calls += 1
+        if self._calls > self._max_requests:
+            raise _Refused("budget-exhausted", f"at most {self._max_requests} HTTP requests per call")
+        body = request.body
+        if body is not None and len(body) > self._http.max_request_bytes:
+            raise _Refused(
+                "too-large", f"request body over {self._http.max_request_bytes} bytes"
+            )
+        hop.sent = 0 if body is None else len(body)
+        try:
+            method = check_method(request.method)
+            check_request_headers(request.headers)
+            target = self._check(method, request.url, hop)
+            check_query(target.query)
+        except EgressDenied as exc:
+            raise _denied(exc) from None
+        deadline = self._request_deadline(request.timeout_ms, hop.started)
+        headers: list[tuple[str, str]] = list(request.headers)
+        hops = 0
+        while True:
+            hop.method = method
+            response = self._send_hop(hop, target, headers, body, deadline=deadline)
+            location = _redirect_location(response)
+            if location is None:
+                return self._finish(response, deadline, hop)
+            response.close()
+            self._record(hop, "redirect")
+            if hops == MAX_REDIRECTS:
+                raise _Refused(
+                    "denied", f"too many redirects (at most {MAX_REDIRECTS})",
+                    "denied:too_many_redirects",
+                )
+            hops += 1
+            method, body = _redirect_method(response.status_code, method, body)
+            hop.method, hop.status, hop.received, hop.dispatched = method, None, 0, False
+            hop.sent = 0 if body is None else len(body)
+            hop.started = time.monotonic()
+            target = self._follow(target, location, method, hop)
+            headers = []  # DESIGN §8 step 8: every header of the previous hop is dropped
+
+    # --- steps ---
+
+    def _request_deadline(self, timeout_ms: int | None, started: float) -> float:
+        deadline = min(self._deadline, started + self._http.timeout_ms / 1000)
+        if timeout_ms is not None:
+            deadline = min(deadline, started + max(timeout_ms, 0) / 1000)
+        return deadline
+
+    def _follow(self, current: EgressTarget, location: str, method: str, hop: _Hop) -> EgressTarget:
+        if self._redactor.text(location) != location:
+            raise _Refused(
+                "denied", "redirect refused: the Location carries a credential",
+                "denied:credential_in_redirect",
+            )
+        try:
+            return self._check(method, urljoin(current.url, location), hop)
+        except EgressDenied as exc:
+            raise _denied(exc, redirect=True) from None
+
+    def _check(self, method: str, url: str, hop: _Hop) -> EgressTarget:
+        """``policy.check``; on refusal, still record which host and path were tried."""
+        try:
+            target = self._policy.check(method, url)
+        except EgressDenied:
+            try:
+                tried = normalize_url(url)
+                hop.host, hop.path = tried.host, tried.path
+            except EgressDenied:
+                hop.host, hop.path = "", ""
+            raise
+        hop.host, hop.path = target.host, target.path
+        return target
+
+    def _send_hop(
+        self,
+        hop: _Hop,
+        target: EgressTarget,
+        headers: Sequence[tuple[str, str]],
+        body: bytes | None,
+        *,
+        deadline: float,
+    ) -> httpx.Response:
+        try:
+            addresses = self._policy.vet(target, self._resolver, allow_loopback=self._allow_loopback)
+            url = target.normalized()
+            injections = self._router.inject(self._router.match(url), self._staged)
+            send_url, send_headers = apply_injections(url, headers, injections)
+        except EgressDenied as exc:
+            raise _denied(exc) from None
+        except CredentialUnavailable as exc:
+            name = str(exc.details.get("secret", ""))
+            raise _Refused("credential-unavailable", name) from None
+        self._pins.pin(target.host, target.port, addresses)
+        self._pins.deadline = deadline
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Refused("timeout", "the request deadline passed")
+        if not self._finalizer.alive:
+            raise _Refused("network", "the egress session is closed")
+        try:
+            request = httpx.Request(
+                hop.method,
+                send_url,
+                headers=_with_defaults(send_headers),
+                content=body,
+                extensions={"timeout": httpx.Timeout(remaining).as_dict()},
+            )
+            hop.dispatched = True
+            response = self._transport.handle_request(request)
+            response.request = request
+        except httpx.TimeoutException:
+            raise _Refused("timeout", "the request timed out") from None
+        except httpx.HTTPError as exc:
+            raise _Refused("network", f"request failed: {exc}") from None
+        except httpx.InvalidURL as exc:
+            raise _Refused("invalid-request", f"request cannot be sent: {exc}") from None
+        hop.status = response.status_code
+        return response
+
+    def _finish(self, response: httpx.Response, deadline: float, hop: _Hop) -> HttpResponse:
+        try:
+            body = self._read_body(response, deadline)
+        finally:
+            hop.received = response.num_bytes_downloaded
+            response.close()
+        redact = self._redactor.text
+        headers = tuple(
+            (redact(name), redact(value))
+            for name, value in sanitize_response_headers(response.headers.multi_items())
+        )
+        result = HttpResponse(response.status_code, headers, self._redactor.bytes(body))
+        self._record(hop, "ok")
+        return result
+
+    def _read_body(self, response: httpx.Response, deadline: float) -> bytes:
+        limit = self._http.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _Refused("too-large", f"response body over {limit} bytes")
+        encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
+        if not all(e in _DECODABLE for e in encodings):
+            raise _Refused("network", "response uses an unsupported content-encoding")
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            for chunk in response.iter_bytes():
+                total += len(chunk)
+                if total > limit or response.num_bytes_downloaded > limit:
+                    raise _Refused("too-large", f"response body over {limit} bytes")
+                if time.monotonic() > deadline:
+                    raise _Refused("timeout", "the response did not finish before the deadline")
+                chunks.append(chunk)
+        except httpx.TimeoutException:
+            raise _Refused("timeout", "the response did not finish before the deadline") from None
+        except httpx.HTTPError as exc:
+            raise _Refused("network", f"reading the response failed: {exc}") from None
+        return b"".join(chunks)
+
+    def _record(self, hop: _Hop, outcome: str) -> None:
+        if outcome == "budget-exhausted":
+            if self._over_budget_recorded:
+                return  # one record is enough; a looping guest must not grow the list
+            self._over_budget_recorded = True
+        redact = self._redactor.text
+        self._records.append(
+            RequestRecord(
+                method=hop.method,
+                host=redact(hop.host),
+                path=redact(hop.path),
+                status=hop.status,
+                bytes_sent=hop.sent if hop.dispatched else 0,
+                bytes_received=hop.received,
+                duration_ms=round((time.monotonic() - hop.started) * 1000, 3),
+                outcome=outcome,
+            )
+        )
+
+
+def _with_defaults(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    present = {name.lower() for name, _ in headers}
+    return [*headers, *((n, v) for n, v in _DEFAULT_HEADERS if n.lower() not in present)]
+
+
+def _printable(text: object) -> bool:
+    return isinstance(text, str) and 0 < len(text) <= 16 and text.isascii() and text.isprintable()
+
+
+def _denied(exc: EgressDenied, *, redirect: bool = False) -> _Refused:
+    reason = exc.reason
+    if redirect:
+        # The guest's request was well-formed; the server's Location is what was refused.
+        return _Refused("denied", f"redirect refused: {exc.message}", f"denied:{reason}")
+    kind: FailureKind = "invalid-request" if reason in INVALID_REQUEST_REASONS else "denied"
+    return _Refused(kind, exc.message, f"{kind}:{reason}")
+
+
+def _redirect_location(response: httpx.Response) -> str | None:
+    if response.status_code not in _REDIRECTS:
+        return None
+    locations = response.headers.get_list("location")
+    if len(locations) != 1 or not locations[0]:
+        if locations:
+            response.close()
+            raise _Refused("denied", "redirect refused: ambiguous Location", "denied:invalid_redirect")
+        return None  # a 3xx without Location is an ordinary response
+    return locations[0]
+
+
+def _redirect_method(status: int, method: str, body: bytes | None) -> tuple[str, bytes | None]:
+    if status in (307, 308):
+        return method, body
+    return ("HEAD" if method == "HEAD" else "GET"), None
+

@@ -1,0 +1,371 @@
+"""The pinned transport: connect only to vetted addresses, verify TLS by host name (DESIGN §8).
+
+DNS is resolved and vetted once per request by the policy (``EgressPolicy.vet``); the
+addresses it returns are *pinned* in a :class:`Pins` table. The network backend under the
+httpx transport ignores the host name when it opens a socket and connects only to the
+pinned addresses of that ``(host, port)``, so a second resolution (DNS rebinding) can never
+move the connection elsewhere. TLS is unaffected: httpcore wraps the pinned socket with the
+original host name as SNI and as the name the certificate must match.
+
+Invariants:
+
+- a ``(host, port)`` that was not pinned is never connected to (``ConnectError``);
+  Unix sockets are refused;
+- every socket operation (connect, TLS handshake, read, write) is bounded by the smaller
+  of httpcore's per-operation timeout and the absolute :attr:`Pins.deadline`, so a server
+  that trickles bytes cannot hold a request past its deadline;
+- no proxies (the pool is built directly, never from the environment), HTTP/1.1 only,
+  no retries, certificates verified against the system store plus an optional extra CA
+  file.
+
+Example::
+
+    pins = Pins()
+    pins.pin("api.example.com", 443, ["93.184.216.34"])
+    pins.deadline = time.monotonic() + 5
+    with httpx.Client(transport=PinnedTransport(pins, ssl_context=tls_context(None)),
+                      trust_env=False, follow_redirects=False) as client:
+        client.get("https://api.example.com/")
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import ssl
+import time
+import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import httpcore
+import httpx
+
+__all__ = [
+    "PinnedBackend",
+    "PinnedTransport",
+    "Pins",
+    "TransportFactory",
+    "pinned_transport_factory",
+    "tls_context",
+]
+
+TransportFactory = Callable[["Pins"], httpx.BaseTransport]
+"""Builds the transport of one egress session from its pin table.
+
+The default (:func:`pinned_transport_factory`) returns a :class:`PinnedTransport`. A test
+harness may return, for example, ``httpx.MockTransport``: every policy check still runs.
+"""
+
+_MAX_CONNECTIONS: Final = 4  # connections one session (one tool call) may hold open
+_KEEPALIVE_EXPIRY: Final = 5.0  # s an idle connection is kept within a session
+
+_SocketOption = Any  # httpcore's SOCKET_OPTION union (not exported by httpcore)
+
+
+def _host_key(host: str) -> str:
+    return host.lower().removeprefix("[").removesuffix("]")
+
+
+class Pins:
+    """The vetted addresses of each ``(host, port)`` and the current request deadline.
+
+    One table per egress session; not thread-safe (a session serves one call, whose guest
+    makes one request at a time).
+
+    Attributes:
+        deadline: ``time.monotonic()`` value after which every socket operation fails
+            with a timeout. ``math.inf`` until a request sets it.
+    """
+
+    __slots__ = ("_table", "deadline")
+
+    def __init__(self) -> None:
+        self._table: dict[tuple[str, int], tuple[str, ...]] = {}
+        self.deadline: float = math.inf
+
+    def pin(self, host: str, port: int, addresses: Sequence[str]) -> None:
+        """Allow connections to ``host:port`` only at ``addresses`` (replacing earlier ones).
+
+        Args:
+            host: the URL host (DNS name, IPv4, or IPv6 with or without brackets).
+            port: the effective port.
+            addresses: the vetted IP addresses, in the order to try.
+
+        Raises:
+            ValueError: ``addresses`` is empty (nothing vetted means nothing reachable).
+        """
+        if not addresses:
+            raise ValueError(f"no vetted address for {host}:{port}")
+        self._table[(_host_key(host), port)] = tuple(addresses)
+
+    def addresses(self, host: str, port: int) -> tuple[str, ...]:
+        """The pinned addresses of ``host:port`` (empty if it was never vetted)."""
+        return self._table.get((_host_key(host), port), ())
+
+    def remaining(self) -> float:
+        """Seconds left before :attr:`deadline` (negative once it passed)."""
+        return self.deadline - time.monotonic()
+
+    def clamp(self, timeout: float | None, exc_type: type[Exception]) -> float | None:
+        """``min(timeout, remaining())``; raise ``exc_type`` once the deadline passed.
+
+        ``None`` (no timeout) only while neither a timeout nor a deadline is set.
+        """
+        remaining = self.remaining()
+        if remaining <= 0:
+            raise exc_type("the request deadline passed")
+        if math.isinf(remaining):
+            return timeout
+        return remaining if timeout is None else min(timeout, remaining)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every operation is bounded by the pins' deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream, pins: Pins) -> None:
+        self._inner = inner
+        self._pins = pins
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._pins.clamp(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._pins.clamp(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        # server_hostname is the URL host (httpcore passes origin.host): SNI and
+        # certificate verification use the name, the socket uses the pinned address.
+        bounded = self._pins.clamp(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, bounded), self._pins)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class PinnedBackend(httpcore.NetworkBackend):
+    """An httpcore network backend that connects only to pinned, vetted addresses.
+
+    Args:
+        pins: the session's pin table (read at every connect).
+        inner: the backend that opens sockets (``httpcore.SyncBackend()`` by default).
+    """
+
+    def __init__(self, pins: Pins, inner: httpcore.NetworkBackend | None = None) -> None:
+        self._pins = pins
+        self._inner = inner if inner is not None else httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[_SocketOption] | None = None,
+    ) -> httpcore.NetworkStream:
+        """Connect to the first reachable pinned address of ``host:port``; never resolve ``host``.
+
+        Raises:
+            httpcore.ConnectError: ``host:port`` was not vetted, or no address answered.
+            httpcore.ConnectTimeout: the deadline passed.
+        """
+        addresses = self._pins.addresses(host, port)
+        if not addresses:
+            raise httpcore.ConnectError(f"{host}:{port} was not vetted; refusing to connect")
+        options = list(socket_options or ())
+        failure: Exception | None = None
+        for address in addresses:
+            bounded = self._pins.clamp(timeout, httpcore.ConnectTimeout)
+            try:
+                stream = self._inner.connect_tcp(address, port, bounded, local_address, options)
+            except httpcore.ConnectError as exc:
+                failure = exc
+                continue
+            return _DeadlineStream(stream, self._pins)
+        raise httpcore.ConnectError(f"could not connect to {host}:{port}: {failure}")
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[_SocketOption] | None = None,
+    ) -> httpcore.NetworkStream:
+        """Always refused: egress goes to vetted TCP addresses only.
+
+        Raises:
+            httpcore.ConnectError: always.
+        """
+        raise httpcore.ConnectError("unix sockets are not reachable from egress")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+# Most specific first: the first isinstance match wins (httpx's map_httpcore_exceptions).
+_EXCEPTIONS: Final[tuple[tuple[type[Exception], type[httpx.HTTPError]], ...]] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+def _map_exception(exc: Exception) -> Exception:
+    for source, target in _EXCEPTIONS:
+        if isinstance(exc, source):
+            return target(str(exc))
+    return exc
+
+
+class _ResponseStream(httpx.SyncByteStream):
+    def __init__(self, inner: Iterable[bytes]) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        except Exception as exc:
+            mapped = _map_exception(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+class PinnedTransport(httpx.BaseTransport):
+    """An httpx transport over an httpcore pool whose backend is a :class:`PinnedBackend`.
+
+    Args:
+        pins: the session's pin table.
+        ssl_context: the TLS context (see :func:`tls_context`); it must verify
+            certificates and host names.
+
+    Raises:
+        ValueError: ``ssl_context`` does not verify certificates or host names.
+    """
+
+    def __init__(self, pins: Pins, *, ssl_context: ssl.SSLContext) -> None:
+        if ssl_context.verify_mode != ssl.CERT_REQUIRED or not ssl_context.check_hostname:
+            raise ValueError("the egress TLS context must verify certificates and host names")
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=_MAX_CONNECTIONS,
+            keepalive_expiry=_KEEPALIVE_EXPIRY,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=PinnedBackend(pins),
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send one request through the pinned pool (httpx's ``HTTPTransport`` contract).
+
+        Raises:
+            httpx.TransportError: connection, TLS, timeout or protocol failures.
+        """
+        if not isinstance(request.stream, httpx.SyncByteStream):
+            raise TypeError("PinnedTransport needs a synchronous request body")
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = self._pool.handle_request(core_request)
+        except Exception as exc:
+            mapped = _map_exception(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(typing.cast(Iterable[bytes], response.stream)),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_context(ca_file: str | None, _stamp: tuple[int, int]) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)  # system trust store
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca_file is not None:
+        context.load_verify_locations(cafile=ca_file)
+    return context
+
+
+def tls_context(ca_file: Path | None) -> ssl.SSLContext:
+    """The egress TLS context: system CAs plus ``ca_file``, TLS 1.2+, host names verified.
+
+    Contexts are cached per file (and its size and modification time): building one
+    loads the system store, which costs tens of milliseconds.
+
+    Args:
+        ca_file: an extra PEM bundle to trust (``HostConfig.extra_ca_file``), or ``None``.
+
+    Raises:
+        OSError: the file cannot be read.
+        ssl.SSLError: the file holds no usable certificate.
+
+    Returns:
+        A shared, verifying ``ssl.SSLContext`` (do not modify it).
+    """
+    if ca_file is None:
+        return _cached_context(None, (0, 0))
+    stat = Path(ca_file).stat()
+    return _cached_context(str(ca_file), (stat.st_mtime_ns, stat.st_size))
+
+
+def pinned_transport_factory(*, ca_file: Path | None) -> TransportFactory:
+    """The default :data:`TransportFactory`: a :class:`PinnedTransport` trusting ``ca_file``.
+
+    Args:
+        ca_file: extra trusted CA bundle or ``None`` (system store only).
+
+    Raises:
+        OSError: the file cannot be read.
+        ssl.SSLError: the file holds no usable certificate.
+
+    Returns:
+        A factory building one pinned transport per session.
+    """
+    context = tls_context(ca_file)
+
+    def factory(pins: Pins) -> httpx.BaseTransport:
+        return PinnedTransport(pins, ssl_context=context)
+
+    return factory
