@@ -1,0 +1,474 @@
+"""Build a plugin project into a bundle (``stockade build``, DESIGN §3).
+
+Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in milliseconds):
+
+1. Read ``stockade.toml`` (:mod:`sdk.project`) and produce the manifest with a placeholder
+   digest of 64 zeros; validate it with ``PackageManifest.from_json``: anything the
+   manifest models refuse is refused here (:class:`~host.errors.ManifestInvalid`).
+2. Stage a copy of the sources (``*.py`` for Python; ``*.js``/``*.mjs`` for JavaScript;
+   hidden directories, ``dist``, ``build``, ``node_modules`` and ``__pycache__`` skipped),
+   the guest SDK and a generated entry module that imports the author's module (which
+   registers the handlers), checks the handlers equal the manifest's tools and exposes the
+   world's ``call``.
+3. Look up the build cache, keyed by a digest of everything the module depends on: the
+   staged sources, the entry source, the tool names, the guest SDK, this file, the WIT and
+   the toolchain versions (componentize-py; componentize-js and node). A hit whose module
+   still has its recorded digest is copied (``cached=True``).
+4. Otherwise build: ``componentize-py -d <wit> -w tool componentize _stockade_entry -p
+   <stage> -o module.wasm`` or ``node sdk/js/build.mjs`` (componentize-js with wasi:http
+   and the fetch event disabled, so no wasi:http import appears).
+5. Fill in ``module.sha256``, validate again, and write
+   ``<out>/<name>-<version>/{manifest.json,module.wasm}`` (manifest as canonical JSON),
+   replacing an older bundle of the same version in one rename.
+
+Example::
+
+    result = build_project(Path("examples/python-hello"))
+    result.bundle_dir          # examples/python-hello/dist/hello-0.1.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from host.canonical import canonical_json
+from host.manifest import PackageManifest
+from sdk.project import PLACEHOLDER_SHA256, Project, load_project
+
+__all__ = [
+    "BuildError",
+    "BuildResult",
+    "ProgressCallback",
+    "build_project",
+    "default_cache_dir",
+    "run_componentize_py",
+    "stage_python",
+]
+
+ProgressCallback = Callable[[str, float], None]
+"""``progress(stage, fraction)``: a short description and the fraction done, 0.0–1.0."""
+
+SDK_DIR: Final = Path(__file__).resolve().parent
+GUEST_DIR: Final = SDK_DIR / "guest"
+JS_DIR: Final = SDK_DIR / "js"
+WIT_PATH: Final = SDK_DIR / "wit" / "stockade.wit"
+WORLD_NAME: Final = "tool"
+NODE_MODULES: Final = SDK_DIR.parent / "node_modules"
+ENTRY_MODULE: Final = "_stockade_entry"
+MAX_SOURCE_FILES: Final = 2000  # files staged from one project
+MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024  # bytes staged from one project
+TOOL_TIMEOUT_S: Final = 900  # s, one componentize run
+STDERR_TAIL_CHARS: Final = 4000  # characters of the build tool's output kept in BuildError
+_SKIP_DIRS: Final = frozenset({"dist", "build", "node_modules", "__pycache__"})
+_SUFFIXES: Final = {"python": (".py",), "javascript": (".js", ".mjs")}
+_EXPECTED_S: Final = {"python": 12.0, "javascript": 18.0}  # s, typical build (progress only)
+_COMPONENTIZE_PY: Final = (
+    "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())"
+)
+
+
+class BuildError(RuntimeError):
+    """The build tool failed or is missing; ``output_tail`` holds the end of its output.
+
+    Args:
+        message: what failed and what to do.
+        output_tail: the last :data:`STDERR_TAIL_CHARS` characters of the tool's output.
+    """
+
+    def __init__(self, message: str, *, output_tail: str = "") -> None:
+        self.output_tail = output_tail
+        text = f"{message}\n--- build tool output (tail) ---\n{output_tail}" if output_tail else message
+        super().__init__(text)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    """Where the bundle is and what it holds.
+
+    Attributes:
+        bundle_dir: ``<out>/<name>-<version>``.
+        manifest_path: ``bundle_dir/manifest.json`` (canonical JSON).
+        module_path: ``bundle_dir/module.wasm``.
+        module_sha256: hex digest of the module, as in the manifest.
+        cached: True when the module came from the build cache.
+    """
+
+    bundle_dir: Path
+    manifest_path: Path
+    module_path: Path
+    module_sha256: str
+    cached: bool
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/stockade/builds`` (``~/.cache/stockade/builds`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stockade" / "builds"
+
+
+def _noop(stage: str, fraction: float) -> None:
+    del stage, fraction
+
+
+def build_project(
+    project_dir: Path,
+    *,
+    out_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    progress: ProgressCallback | None = None,
+    wit_path: Path | None = None,
+    world: str | None = None,
+) -> BuildResult:
+    """Build the project in ``project_dir`` into ``<out_dir>/<name>-<version>/``.
+
+    Args:
+        project_dir: directory holding ``stockade.toml``.
+        out_dir: where bundles go (default ``project_dir/dist``).
+        cache_dir: build cache (default :func:`default_cache_dir`).
+        progress: called with a stage description and the fraction done.
+        wit_path: WIT file or directory to build against instead of the Stockade world
+            (for test worlds that extend it; the host still checks every import when it
+            loads the component).
+        world: the world in ``wit_path`` (default ``tool``).
+
+    Raises:
+        ManifestInvalid: ``stockade.toml`` is invalid or describes an invalid manifest
+            (checked before building).
+        BuildError: the sources cannot be staged, the toolchain is missing, or the build
+            tool failed (its output tail is in the message).
+
+    Returns:
+        The bundle's paths and module digest.
+    """
+    report = progress or _noop
+    report("reading stockade.toml", 0.0)
+    project = load_project(Path(project_dir))
+    manifest = project.manifest_dict(module_sha256=PLACEHOLDER_SHA256)
+    PackageManifest.from_json(canonical_json(manifest))
+    out = Path(out_dir) if out_dir is not None else project.root / "dist"
+    with tempfile.TemporaryDirectory(prefix="stockade-build-") as tmp:
+        stage = Path(tmp) / "stage"
+        report("staging sources", 0.05)
+        sources = _stage(project, stage, exclude=out)
+        target = _Target(Path(wit_path) if wit_path is not None else WIT_PATH, world or WORLD_NAME)
+        key = _cache_key(project, sources, target)
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        module = _cache_get(cache, key)
+        cached = module is not None
+        if module is None:
+            wasm = Path(tmp) / "module.wasm"
+            _componentize(project, stage, wasm, target, report)
+            module = wasm.read_bytes()
+            _cache_put(cache, key, module)
+    report("writing bundle", 0.95)
+    digest = hashlib.sha256(module).hexdigest()
+    manifest["module"]["sha256"] = digest
+    final = PackageManifest.from_json(canonical_json(manifest))
+    bundle = out / f"{final.package.name}-{final.package.version}"
+    _write_bundle(bundle, final.to_json(), module)
+    report("done", 1.0)
+    return BuildResult(bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached)
+
+
+# --- staging ----------------------------------------------------------------------------
+
+
+def _source_files(root: Path, suffixes: tuple[str, ...], exclude: Path) -> Iterator[Path]:
+    """Regular files under ``root`` with one of ``suffixes``; symlinks are not followed."""
+    skip = exclude.resolve()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".") and d not in _SKIP_DIRS and (here / d).resolve() != skip
+        )
+        for name in sorted(filenames):
+            path = here / name
+            if path.suffix in suffixes and not path.is_symlink() and path.is_file():
+                yield path
+
+
+def _copy_sources(root: Path, dest: Path, suffixes: tuple[str, ...], exclude: Path) -> dict[str, bytes]:
+    copied: dict[str, bytes] = {}
+    total = 0
+    for path in _source_files(root, suffixes, exclude):
+        rel = path.relative_to(root).as_posix()
+        data = path.read_bytes()
+        total += len(data)
+        if len(copied) >= MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
+            raise BuildError(
+                f"{root} holds more than {MAX_SOURCE_FILES} source files or {MAX_SOURCE_BYTES} bytes; "
+                "is it really a plugin project?"
+            )
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        copied[rel] = data
+    return copied
+
+
+def _python_entry(module: str, tools: list[str]) -> str:
+    return (
+        "# Generated by stockade build; do not edit.\n"
+        f"import {module}  # the author's module: importing it registers the handlers\n"
+        "from stockade._dispatch import WitWorld, check_tools\n\n"
+        f"check_tools({tools!r})\n"
+        '__all__ = ["WitWorld"]\n'
+    )
+
+
+def stage_python(
+    root: Path, source: str, tools: list[str], stage: Path, *, exclude: Path
+) -> dict[str, bytes]:
+    """Stage a Python plugin: the project's ``*.py``, the guest SDK and the entry module.
+
+    Args:
+        root: project directory.
+        source: the author's module file relative to ``root`` (``app.py``, ``pkg/main.py``).
+        tools: the tool names the handlers must cover exactly.
+        stage: empty directory to fill; it becomes componentize-py's only path.
+        exclude: a directory under ``root`` not to stage (the output directory).
+
+    Raises:
+        BuildError: the project shadows the SDK (a top-level ``stockade`` module or the
+            entry module's name), or is too large.
+
+    Returns:
+        The staged files, ``{relative path: bytes}`` (SDK and entry included).
+    """
+    for clash in ("stockade", "stockade.py", f"{ENTRY_MODULE}.py"):
+        if (root / clash).exists():
+            raise BuildError(f"{root / clash} shadows the Stockade SDK; rename it")
+    files = _copy_sources(root, stage, (".py",), exclude)
+    files.update(
+        {
+            f"stockade/{k}": v
+            for k, v in _copy_sources(GUEST_DIR / "stockade", stage / "stockade", (".py",), exclude).items()
+        }
+    )
+    module = ".".join(Path(source).with_suffix("").parts)
+    entry = _python_entry(module, tools).encode()
+    (stage / f"{ENTRY_MODULE}.py").write_bytes(entry)
+    files[f"{ENTRY_MODULE}.py"] = entry
+    return files
+
+
+def _stage(project: Project, stage: Path, *, exclude: Path) -> dict[str, bytes]:
+    stage.mkdir(parents=True)
+    if project.language == "python":
+        return stage_python(project.root, project.source, project.tool_names(), stage, exclude=exclude)
+    for clash in ("_stockade", "_stockade_entry.js"):
+        if (project.root / clash).exists():
+            raise BuildError(f"{project.root / clash} clashes with a file the build generates; rename it")
+    files = _copy_sources(project.root, stage, _SUFFIXES["javascript"], exclude)
+    for name in ("stockade.js", "build.mjs"):  # staged by build.mjs itself; hashed here
+        files[f"(sdk)/{name}"] = (JS_DIR / name).read_bytes()
+    return files
+
+
+# --- cache ------------------------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        raise BuildError("node is not on PATH; JavaScript plugins need Node.js >= 20")
+    return node
+
+
+def _toolchain(language: str) -> dict[str, str]:
+    """Versions of the tools a build of ``language`` uses (part of the cache key)."""
+    if language == "python":
+        try:
+            return {"componentize-py": importlib.metadata.version("componentize-py")}
+        except importlib.metadata.PackageNotFoundError:
+            raise BuildError("componentize-py is not installed: pip install -e '.[dev]'") from None
+    package = NODE_MODULES / "@bytecodealliance" / "componentize-js" / "package.json"
+    try:
+        version = str(json.loads(package.read_text("utf-8"))["version"])
+    except (OSError, ValueError, KeyError):
+        raise BuildError(
+            f"componentize-js is not installed in {NODE_MODULES}: run `npm ci` in {NODE_MODULES.parent}"
+        ) from None
+    node = subprocess.run([_node(), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    return {"componentize-js": version, "node": node.stdout.strip()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    wit_path: Path
+    world: str
+
+    def digest(self) -> dict[str, str]:
+        paths = (
+            sorted(p for p in self.wit_path.rglob("*") if p.is_file())
+            if self.wit_path.is_dir()
+            else [self.wit_path]
+        )
+        return {
+            p.relative_to(self.wit_path).as_posix() if p != self.wit_path else p.name: _sha256(p.read_bytes())
+            for p in paths
+        }
+
+
+def _cache_key(project: Project, files: dict[str, bytes], target: _Target) -> str:
+    statement = {
+        "format": "stockade-build/1",
+        "language": project.language,
+        "source": project.source,
+        "tools": project.tool_names(),
+        "files": {rel: _sha256(data) for rel, data in sorted(files.items())},
+        "wit": target.digest(),
+        "world": target.world,
+        "builder": _sha256(Path(__file__).read_bytes()),
+        "toolchain": _toolchain(project.language),
+    }
+    return _sha256(canonical_json(statement))
+
+
+def _cache_get(cache: Path, key: str) -> bytes | None:
+    """The cached module for ``key`` if it still has its recorded digest, else None."""
+    entry = cache / key
+    try:
+        meta = json.loads((entry / "meta.json").read_text("utf-8"))
+        module = (entry / "module.wasm").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("module_sha256") != _sha256(module):
+        shutil.rmtree(entry, ignore_errors=True)  # corrupt or tampered: rebuild
+        return None
+    return module
+
+
+def _cache_put(cache: Path, key: str, module: bytes) -> None:
+    """Store a module; a failure to write the cache never fails the build."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=cache))
+        (tmp / "module.wasm").write_bytes(module)
+        (tmp / "meta.json").write_text(json.dumps({"module_sha256": _sha256(module)}), "utf-8")
+        try:
+            os.replace(tmp, cache / key)
+        except OSError:  # another build stored the same key first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        return
+
+
+# --- running the build tools ------------------------------------------------------------
+
+
+def _tail(path: Path) -> str:
+    text = path.read_text("utf-8", errors="replace")
+    return text[-STDERR_TAIL_CHARS:]
+
+
+def _run_tool(argv: list[str], *, cwd: Path, label: str, expected_s: float, report: ProgressCallback) -> None:
+    """Run one build tool, reporting progress while it runs; raise BuildError on failure."""
+    log_path = cwd.parent / f"{cwd.name}.log"
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while proc.poll() is None:
+            elapsed = time.monotonic() - started
+            if elapsed > TOOL_TIMEOUT_S:
+                proc.kill()
+                proc.wait()
+                raise BuildError(f"{label} did not finish in {TOOL_TIMEOUT_S} s", output_tail=_tail(log_path))
+            report(f"{label} ({elapsed:.0f} s)", min(0.9, 0.1 + 0.8 * elapsed / expected_s))
+            time.sleep(0.25)
+    if proc.returncode != 0:
+        raise BuildError(f"{label} failed with exit status {proc.returncode}", output_tail=_tail(log_path))
+
+
+def run_componentize_py(
+    stage: Path,
+    out: Path,
+    *,
+    wit_path: Path = WIT_PATH,
+    world: str = WORLD_NAME,
+    report: ProgressCallback = _noop,
+) -> None:
+    """Run componentize-py on a staged directory (see :func:`stage_python`).
+
+    Args:
+        stage: the staged directory holding ``_stockade_entry.py``.
+        out: the component file to write.
+        wit_path: WIT file or directory (default the Stockade world).
+        world: the world to target.
+        report: progress callback.
+
+    Raises:
+        BuildError: componentize-py is missing or failed.
+    """
+    _toolchain("python")
+    argv = [sys.executable, "-c", _COMPONENTIZE_PY, "-d", str(wit_path), "-w", world]
+    argv += ["componentize", ENTRY_MODULE, "-p", str(stage), "-o", str(out)]
+    _run_tool(argv, cwd=stage, label="componentize-py", expected_s=_EXPECTED_S["python"], report=report)
+    if not out.is_file():
+        raise BuildError(f"componentize-py reported success but wrote no {out.name}")
+
+
+def _run_componentize_js(
+    project: Project, stage: Path, out: Path, target: _Target, report: ProgressCallback
+) -> None:
+    config = {
+        "stageDir": str(stage),
+        "source": project.source,
+        "tools": project.tool_names(),
+        "witPath": str(target.wit_path),
+        "worldName": target.world,
+        "outPath": str(out),
+    }
+    config_path = stage.parent / "build-config.json"
+    config_path.write_text(json.dumps(config), "utf-8")
+    argv = [_node(), str(JS_DIR / "build.mjs"), str(config_path)]
+    _run_tool(argv, cwd=stage, label="componentize-js", expected_s=_EXPECTED_S["javascript"], report=report)
+    if not out.is_file():
+        raise BuildError(f"componentize-js reported success but wrote no {out.name}")
+
+
+def _componentize(
+    project: Project, stage: Path, out: Path, target: _Target, report: ProgressCallback
+) -> None:
+    if project.language == "python":
+        run_componentize_py(stage, out, wit_path=target.wit_path, world=target.world, report=report)
+    else:
+        _run_componentize_js(project, stage, out, target, report)
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+def _write_bundle(bundle: Path, manifest: bytes, module: bytes) -> None:
+    """Write the bundle beside its final place, then swap it in."""
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{bundle.name}-", dir=bundle.parent))
+    try:
+        (tmp / "module.wasm").write_bytes(module)
+        (tmp / "manifest.json").write_bytes(manifest)
+        if bundle.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{bundle.name}-old-", dir=bundle.parent))
+            os.replace(bundle, old / "bundle")
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, bundle)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BuildError(f"cannot write the bundle to {bundle}: {exc}") from exc

@@ -1,0 +1,42 @@
+// Benign JavaScript test plugin: echo, module state, HTTP through the host, failures.
+import { HttpError, ToolError, ToolInputError, http, log, secretAvailable, tool } from "stockade";
+import { describe } from "./lib/describe.js";
+
+let counter = 0;
+
+tool("echojs.echo", (input) => input);
+
+tool("echojs.counter", () => {
+  counter += 1;
+  return counter;
+});
+
+tool("echojs.fetch", (input) => {
+  const method = input.method || "GET";
+  try {
+    const r =
+      method === "POST"
+        ? http.post(input.url, { json: { sent: input.body || "" }, headers: { "X-Test": "1" } })
+        : http.request(method, input.url, { headers: [["Accept", "text/plain"]], timeoutMs: 5000 });
+    log.info("fetched", r.status, secretAvailable("none"));
+    return describe(r);
+  } catch (e) {
+    if (e instanceof HttpError) return { error: e.name, detail: e.detail };
+    throw e;
+  }
+});
+
+tool("echojs.fail", (input) => {
+  switch (input.how) {
+    case "input":
+      throw new ToolInputError("the input was wrong");
+    case "tool":
+      throw new ToolError("the tool gave up");
+    case "http":
+      return http.get("https://api.echo.example/v1/denied");
+    case "async":
+      return Promise.resolve(1);
+    default:
+      throw new TypeError("unexpected");
+  }
+});

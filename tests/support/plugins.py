@@ -1,0 +1,137 @@
+"""Build the test plugins under ``tests/plugins/`` once, and cache them across sessions.
+
+``build_test_plugin("echo_py")`` builds ``tests/plugins/echo_py`` with
+:func:`sdk.build.build_project` and returns its :class:`~sdk.build.BuildResult`. Modules
+are cached in ``<repo>/.stockade-cache/plugins`` (gitignored) by the build's own source
+digest, so a plugin is rebuilt only when its sources, the SDK, the WIT or the toolchain
+change; within one process each plugin is built once. A file lock keeps two concurrent
+test sessions from building the same plugin at the same time. Bundles are written to a
+per-process temporary directory (removed at exit), so sessions never race on them.
+
+Plugins (see each ``stockade.toml``):
+
+- ``echo_py``    benign Python tools: echo, counter, fetch (http), fail, log
+- ``hostile_py`` files, environment, stdlib socket, stdout flood, huge allocation, spin
+- ``sockets_py`` built against ``wit/world.wit``: calls wasi:sockets tcp/name lookup directly
+- ``echo_js``    benign JavaScript tools: echo, counter, fetch (http), fail
+
+``ScriptedEgress`` is an egress port answering from a script, for HTTP round trips
+without a network. Use the function, or the session fixture ``plugin_builds`` (import it
+into the test module)::
+
+    from tests.support.plugins import build_test_plugin
+    bundle = build_test_plugin("echo_py")
+    module = bundle.module_path.read_bytes()
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import functools
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from host.egress.port import HttpFailure, HttpRequest, HttpResponse
+from sdk.build import BuildResult, build_project
+
+__all__ = [
+    "CACHE_DIR",
+    "PLUGINS_DIR",
+    "REPO_ROOT",
+    "RUNTIME_STATE_DIR",
+    "ScriptedEgress",
+    "build_test_plugin",
+    "plugin_builds",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLUGINS_DIR = REPO_ROOT / "tests" / "plugins"
+CACHE_DIR = REPO_ROOT / ".stockade-cache" / "plugins"
+WASI_WIT = REPO_ROOT / "node_modules" / "@bytecodealliance" / "jco" / "lib" / "wit" / "builtin" / "0.2.12"
+SDK_WIT = REPO_ROOT / "sdk" / "wit" / "stockade.wit"
+
+
+@contextmanager
+def _locked(name: str) -> Iterator[None]:
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with (CACHE_DIR / f"{name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@functools.cache
+def _out_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="stockade-test-bundles-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _stage_sockets_wit(dest: Path) -> Path:
+    """The sockets test world with its deps: the Stockade WIT and WASI 0.2.12 from jco."""
+    if not WASI_WIT.is_dir():
+        raise RuntimeError(f"{WASI_WIT} is missing: run `npm ci` at the repository root")
+    shutil.copy(PLUGINS_DIR / "sockets_py" / "wit" / "world.wit", dest / "world.wit")
+    (dest / "deps" / "stockade").mkdir(parents=True)
+    shutil.copy(SDK_WIT, dest / "deps" / "stockade" / "stockade.wit")
+    for package in ("wasi-io", "wasi-clocks", "wasi-sockets"):
+        (dest / "deps" / package).mkdir(parents=True)
+        shutil.copy(WASI_WIT / package / "package.wit", dest / "deps" / package / "package.wit")
+    return dest
+
+
+@functools.cache
+def build_test_plugin(name: str) -> BuildResult:
+    """Build ``tests/plugins/<name>`` (cached on disk and per process).
+
+    Args:
+        name: a directory under ``tests/plugins``.
+
+    Returns:
+        The build result; ``module_path`` and ``manifest_path`` live until the process exits.
+    """
+    project = PLUGINS_DIR / name
+    if not (project / "stockade.toml").is_file():
+        raise ValueError(f"no test plugin {name!r} in {PLUGINS_DIR}")
+    with _locked(name), tempfile.TemporaryDirectory(prefix="stockade-test-wit-") as wit_tmp:
+        wit_path = _stage_sockets_wit(Path(wit_tmp)) if name == "sockets_py" else None
+        return build_project(project, out_dir=_out_dir() / name, cache_dir=CACHE_DIR, wit_path=wit_path)
+
+
+@pytest.fixture(scope="session")
+def plugin_builds() -> Callable[[str], BuildResult]:
+    """Session fixture: ``plugin_builds("echo_py") -> BuildResult`` (built once)."""
+    return build_test_plugin
+
+
+RUNTIME_STATE_DIR = REPO_ROOT / ".stockade-cache" / "runtime-state"
+"""A host state directory kept across test sessions, so its compiled-artifact cache spares
+the 8–16 s compile of each test plugin. Only for tests that do not inspect the cache."""
+
+
+class ScriptedEgress:
+    """An egress port that answers from a script and records every request (one per call).
+
+    Args:
+        answers: what ``send`` returns, in order (an ``HttpResponse`` or ``HttpFailure``);
+            once they run out, ``budget-exhausted``.
+    """
+
+    def __init__(self, *answers: HttpResponse | HttpFailure) -> None:
+        self.answers = list(answers)
+        self.requests: list[HttpRequest] = []
+
+    def send(self, request: HttpRequest) -> HttpResponse | HttpFailure:
+        """Record ``request`` and return the next scripted answer."""
+        self.requests.append(request)
+        if not self.answers:
+            return HttpFailure("budget-exhausted")
+        return self.answers.pop(0)
