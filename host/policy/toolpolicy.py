@@ -1,0 +1,617 @@
+"""Layered tri-state tool policy: managed cap, user selectors, class defaults (DESIGN §6 step 4).
+
+Every tool resolves to one :class:`ToolMode` — ``disabled``, ``ask`` or ``allow``
+(strictness: disabled > ask > allow) — in three layers:
+
+1. **Managed cap** (administrator): a ceiling. Its mode for a tool is the strictest mode
+   of every cap rule whose selector matches; no match means no ceiling.
+2. **User selectors** of the (account, workspace) partition, by precedence
+   tool > service > class: the most specific selector that matches decides.
+3. **Class defaults** when no user selector matches: ``read`` → allow; ``write``,
+   ``execute``, ``external`` → ask.
+
+The result is the strictest of (1) and (2 or 3). A user can only tighten what the
+administrator allows, never loosen it.
+
+**Selectors** are :class:`ClassSelector` (an effect class), :class:`ServiceSelector`
+(a service: the package name of a tool, i.e. the part of the tool name before the first
+``.``, see :func:`service_of`) and :class:`ToolSelector` (an exact tool name). They match
+by structural equality only: no glob, regex or prefix matching. ``"*"`` is a literal
+name that matches only a tool or service literally called ``*``.
+
+**Managed cap directory** (``HostConfig.admin_policy_dir``): one file ``cap.json``::
+
+    {"format": "stockade.toolcap/1",
+     "rules": [{"selector": {"service": "shell"}, "max": "disabled"},
+               {"selector": {"class": "external"}, "max": "ask"}]}
+
+No directory, or a directory without ``cap.json``, means no ceiling. A directory that is
+present but cannot be read (not a directory, ``cap.json`` unreadable, not valid JSON,
+unknown format, unknown field, duplicate selector) disables *every* tool and logs an
+error: a broken administrator policy fails closed.
+
+**User policy files** live in ``root`` as ``<sha256>.json`` where the hash is over the
+canonical JSON of ``{"account": ..., "workspace": ...}`` (no names in file names)::
+
+    {"format": "stockade.toolpolicy/1",
+     "partition": {"account": "alice", "workspace": "p"},
+     "rules": [{"selector": {"tool": "tracker.create-issue"}, "mode": "allow"}]}
+
+A file that is corrupt, of an unknown format, holds a duplicate selector or any invalid
+part, or names another partition (a file copied between partitions) is quarantined
+whole: renamed to ``<name>.quarantined-<UTC timestamp>``, a warning is logged and the
+defaults apply. Writes are atomic (temp file, fsync, rename) and serialized between
+processes. Files are re-validated by ``stat`` on every :meth:`ToolPolicyStore.resolve`.
+
+Example::
+
+    store = ToolPolicyStore(state_dir / "tool-policy", admin_dir=config.admin_policy_dir)
+    store.set("alice", "p", ServiceSelector("tracker"), ToolMode.ALLOW)
+    store.resolve("alice", "p", tool="tracker.create-issue", service="tracker", effect="write")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from host.canonical import canonical_json, sha256_hex
+from host.errors import PolicyUnavailable
+from host.policy._files import CachedFile, FileTooLarge, atomic_write, interprocess_lock, read_bounded
+
+__all__ = [
+    "CAP_FILE",
+    "CAP_FORMAT",
+    "CLASS_DEFAULTS",
+    "EFFECT_CLASSES",
+    "TOOL_POLICY_FORMAT",
+    "ClassSelector",
+    "Selector",
+    "ServiceSelector",
+    "ToolMode",
+    "ToolPolicyStore",
+    "ToolSelector",
+    "UserToolPolicy",
+    "service_of",
+    "strictest",
+]
+
+_log = logging.getLogger("stockade.policy")
+
+TOOL_POLICY_FORMAT = "stockade.toolpolicy/1"
+CAP_FORMAT = "stockade.toolcap/1"
+CAP_FILE = "cap.json"
+MAX_POLICY_FILE_BYTES = 1024 * 1024  # bytes, a user policy or cap file
+MAX_RULES = 4096  # rules in one user policy or cap file
+MAX_PARTITIONS_CACHED = 1024  # partitions whose parsed files are kept in memory
+MAX_NAME_CHARS = 256  # characters of an account, workspace, service or tool name
+
+EFFECT_CLASSES = ("read", "write", "execute", "external")
+"""The effect classes of DESIGN §3 (a tool's ``effect``)."""
+
+
+class ToolMode(str, Enum):
+    """What the tool policy says about a tool; strictness disabled > ask > allow."""
+
+    DISABLED = "disabled"
+    ASK = "ask"
+    ALLOW = "allow"
+
+
+_RANK = {ToolMode.ALLOW: 0, ToolMode.ASK: 1, ToolMode.DISABLED: 2}
+
+CLASS_DEFAULTS: Mapping[str, ToolMode] = MappingProxyType(
+    {"read": ToolMode.ALLOW, "write": ToolMode.ASK, "execute": ToolMode.ASK, "external": ToolMode.ASK}
+)
+"""Modes that apply when no user selector matches."""
+
+
+def strictest(*modes: ToolMode) -> ToolMode:
+    """The strictest of ``modes`` (disabled > ask > allow).
+
+    Args:
+        modes: one or more modes.
+
+    Raises:
+        ValueError: no modes given.
+
+    Returns:
+        The strictest mode given.
+    """
+    if not modes:
+        raise ValueError("strictest() needs at least one mode")
+    return max(modes, key=lambda m: _RANK[ToolMode(m)])
+
+
+def service_of(tool: str) -> str:
+    """The service of a tool: its package name, the part before the first ``.``.
+
+    Args:
+        tool: a tool name such as ``tracker.list-issues``.
+
+    Returns:
+        ``tracker`` for ``tracker.list-issues``; the whole name if it has no ``.``.
+    """
+    return tool.split(".", 1)[0]
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_name(kind: str, value: object) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{kind} must be a non-empty string of at most {MAX_NAME_CHARS} characters")
+    if _CONTROL.search(value):
+        raise ValueError(f"{kind} must not contain control characters")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSelector:
+    """Selects every tool of one effect class (``read``, ``write``, ``execute``, ``external``)."""
+
+    effect_class: str
+
+    def __post_init__(self) -> None:
+        if self.effect_class not in EFFECT_CLASSES:
+            raise ValueError(f"unknown effect class {self.effect_class!r}; expected one of {EFFECT_CLASSES}")
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSelector:
+    """Selects every tool of one service (package), by exact name."""
+
+    service: str
+
+    def __post_init__(self) -> None:
+        _check_name("service", self.service)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSelector:
+    """Selects one tool, by exact name (``*`` is a literal name)."""
+
+    tool: str
+
+    def __post_init__(self) -> None:
+        _check_name("tool", self.tool)
+
+
+Selector: TypeAlias = ClassSelector | ServiceSelector | ToolSelector
+"""Any of the three selector kinds (a runtime union: usable with ``isinstance``)."""
+
+
+def _candidates(tool: str, service: str, effect: str) -> tuple[Selector, Selector, Selector]:
+    """The selectors that match a tool, most specific first (tool > service > class)."""
+    return (ToolSelector(tool), ServiceSelector(service), ClassSelector(effect))
+
+
+@dataclass(frozen=True, slots=True)
+class UserToolPolicy:
+    """The user selectors of one (account, workspace) partition.
+
+    Args:
+        account: the account (the principal's subject).
+        workspace: the workspace (the principal's project).
+        rules: selector → mode; read-only.
+    """
+
+    account: str
+    workspace: str
+    rules: Mapping[Selector, ToolMode]
+
+    def lookup(self, *, tool: str, service: str, effect: str) -> ToolMode | None:
+        """The mode of the most specific matching selector, or ``None`` if none matches.
+
+        Returns:
+            The tool selector's mode, else the service's, else the class's, else None.
+        """
+        for selector in _candidates(tool, service, effect):
+            mode = self.rules.get(selector)
+            if mode is not None:
+                return mode
+        return None
+
+
+# ---------------------------------------------------------------------------- file formats
+
+_Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class _ClassSel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
+
+    effect_class: Literal["read", "write", "execute", "external"] = Field(alias="class")
+
+
+class _ServiceSel(BaseModel):
+    model_config = _STRICT
+
+    service: _Name
+
+
+class _ToolSel(BaseModel):
+    model_config = _STRICT
+
+    tool: _Name
+
+
+_SelJSON: TypeAlias = _ClassSel | _ServiceSel | _ToolSel
+
+
+class _Rule(BaseModel):
+    model_config = _STRICT
+
+    selector: _ClassSel | _ServiceSel | _ToolSel
+    mode: ToolMode
+
+
+class _CapRule(BaseModel):
+    model_config = _STRICT
+
+    selector: _ClassSel | _ServiceSel | _ToolSel
+    max: ToolMode
+
+
+class _Partition(BaseModel):
+    model_config = _STRICT
+
+    account: _Name
+    workspace: _Name
+
+
+class _UserDocument(BaseModel):
+    model_config = _STRICT
+
+    format: Literal["stockade.toolpolicy/1"]
+    partition: _Partition
+    rules: Annotated[tuple[_Rule, ...], Field(max_length=MAX_RULES)]
+
+
+class _CapDocument(BaseModel):
+    model_config = _STRICT
+
+    format: Literal["stockade.toolcap/1"]
+    rules: Annotated[tuple[_CapRule, ...], Field(max_length=MAX_RULES)]
+
+
+def _from_json(sel: _SelJSON) -> Selector:
+    if isinstance(sel, _ClassSel):
+        return ClassSelector(sel.effect_class)
+    if isinstance(sel, _ServiceSel):
+        return ServiceSelector(sel.service)
+    return ToolSelector(sel.tool)
+
+
+def _to_json(sel: Selector) -> dict[str, str]:
+    if isinstance(sel, ClassSelector):
+        return {"class": sel.effect_class}
+    if isinstance(sel, ServiceSelector):
+        return {"service": sel.service}
+    return {"tool": sel.tool}
+
+
+def _sort_key(sel: Selector) -> tuple[int, str]:
+    if isinstance(sel, ClassSelector):
+        return (0, sel.effect_class)
+    if isinstance(sel, ServiceSelector):
+        return (1, sel.service)
+    return (2, sel.tool)
+
+
+class _Corrupt(Exception):
+    """A policy file's content is unusable; carries the reason for the log."""
+
+
+def _collect(pairs: list[tuple[Selector, ToolMode]]) -> dict[Selector, ToolMode]:
+    rules: dict[Selector, ToolMode] = {}
+    for selector, mode in pairs:
+        if selector in rules:
+            raise _Corrupt(f"duplicate selector {_to_json(selector)}")
+        rules[selector] = mode
+    return rules
+
+
+def _parse_user(data: bytes, account: str, workspace: str) -> dict[Selector, ToolMode]:
+    try:
+        doc = _UserDocument.model_validate_json(data)
+    except ValidationError as exc:
+        raise _Corrupt(f"invalid ({exc.error_count()} problems)") from None
+    if (doc.partition.account, doc.partition.workspace) != (account, workspace):
+        raise _Corrupt("the file belongs to another partition")
+    return _collect([(_from_json(r.selector), r.mode) for r in doc.rules])
+
+
+def _parse_cap(data: bytes) -> dict[Selector, ToolMode]:
+    try:
+        doc = _CapDocument.model_validate_json(data)
+    except ValidationError as exc:
+        raise _Corrupt(f"invalid ({exc.error_count()} problems)") from None
+    return _collect([(_from_json(r.selector), r.max) for r in doc.rules])
+
+
+def _effect_name(effect: object) -> str:
+    value = effect.value if isinstance(effect, Enum) else effect
+    if value not in EFFECT_CLASSES:
+        raise ValueError(f"unknown effect class {value!r}; expected one of {EFFECT_CLASSES}")
+    return str(value)
+
+
+class _CapUnreadable:
+    """Marker: the admin directory is present but unusable; everything is disabled."""
+
+
+_CAP_UNREADABLE = _CapUnreadable()
+
+
+class ToolPolicyStore:
+    """Per (account, workspace) user tool policy under an optional managed cap.
+
+    Args:
+        root: directory of the user policy files (created, mode 0700, on first write).
+        admin_dir: the administrator's cap directory (see the module docstring);
+            ``None`` means no managed cap.
+
+    Thread-safe; several processes may share ``root``.
+    """
+
+    def __init__(self, root: Path, *, admin_dir: Path | None) -> None:
+        self.root = Path(root)
+        self.admin_dir = None if admin_dir is None else Path(admin_dir)
+        self._lock = threading.RLock()
+        self._files: OrderedDict[str, CachedFile[dict[Selector, ToolMode]]] = OrderedDict()
+        self._cap: CachedFile[dict[Selector, ToolMode]] | None = None
+        self._paths: dict[tuple[str, str], Path] = {}
+        if self.admin_dir is not None:
+            self._cap = CachedFile(self.admin_dir / CAP_FILE, _parse_cap, max_bytes=MAX_POLICY_FILE_BYTES)
+
+    # ------------------------------------------------------------------ resolution
+
+    def resolve(self, account: str, workspace: str, *, tool: str, service: str, effect: str) -> ToolMode:
+        """The mode of one tool for one partition (layers in the module docstring).
+
+        Args:
+            account: the account (the principal's subject).
+            workspace: the workspace (the principal's project).
+            tool: the exact tool name.
+            service: the tool's service (package name; see :func:`service_of`).
+            effect: the tool's effect class (a string or a str enum).
+
+        Raises:
+            ValueError: an empty or invalid name, or an unknown effect class.
+            PolicyUnavailable: the user policy file exists but cannot be read
+                (an I/O error, not a content error: content errors quarantine it).
+
+        Returns:
+            The strictest of the managed cap and the user selector (or class default).
+        """
+        effect_class = _effect_name(effect)
+        candidates = _candidates(tool, service, effect_class)
+        cap = self._cap_mode(candidates)
+        if cap is ToolMode.DISABLED:
+            return ToolMode.DISABLED
+        rules = self.load(account, workspace).rules
+        user = next((rules[s] for s in candidates if s in rules), CLASS_DEFAULTS[effect_class])
+        return strictest(cap, user)
+
+    def _cap_mode(self, candidates: tuple[Selector, ...]) -> ToolMode:
+        rules = self._cap_rules()
+        if isinstance(rules, _CapUnreadable):
+            return ToolMode.DISABLED
+        matching = [rules[s] for s in candidates if s in rules]
+        return strictest(*matching) if matching else ToolMode.ALLOW
+
+    def _cap_rules(self) -> Mapping[Selector, ToolMode] | _CapUnreadable:
+        if self.admin_dir is None or self._cap is None:
+            return {}
+        try:
+            st = os.stat(self.admin_dir)
+        except FileNotFoundError:
+            if os.path.lexists(self.admin_dir):  # a dangling symlink is present, not absent
+                return self._cap_failed("it is a dangling symbolic link")
+            return {}
+        except OSError as exc:
+            return self._cap_failed(f"cannot stat the directory: {exc.strerror or exc}")
+        if not stat.S_ISDIR(st.st_mode):
+            return self._cap_failed("it is not a directory")
+        try:
+            rules = self._cap.get()
+        except FileTooLarge:
+            return self._cap_failed(f"{CAP_FILE} is too large")
+        except OSError as exc:
+            return self._cap_failed(f"cannot read {CAP_FILE}: {exc.strerror or exc}")
+        except _Corrupt as exc:
+            return self._cap_failed(f"{CAP_FILE} is {exc}")
+        if rules is None and os.path.lexists(self._cap.path):
+            return self._cap_failed(f"{CAP_FILE} is a dangling symbolic link")
+        return {} if rules is None else rules
+
+    def _cap_failed(self, why: str) -> _CapUnreadable:
+        _log.error("managed tool policy %s is unusable (%s): every tool is disabled", self.admin_dir, why)
+        return _CAP_UNREADABLE
+
+    # ------------------------------------------------------------------ user policy
+
+    def path_for(self, account: str, workspace: str) -> Path:
+        """The file of one partition: ``root / (sha256(canonical partition) + ".json")``.
+
+        Raises:
+            ValueError: an empty or invalid account or workspace.
+        """
+        key = (account, workspace)
+        path = self._paths.get(key)
+        if path is None:
+            _check_name("account", account)
+            _check_name("workspace", workspace)
+            digest = sha256_hex(canonical_json({"account": account, "workspace": workspace}))
+            path = self.root / f"{digest}.json"
+            with self._lock:
+                if len(self._paths) >= MAX_PARTITIONS_CACHED:
+                    self._paths.clear()
+                self._paths[key] = path
+        return path
+
+    def _cached(self, path: Path, account: str, workspace: str) -> CachedFile[dict[Selector, ToolMode]]:
+        with self._lock:
+            cached = self._files.get(path.name)
+            if cached is None:
+                cached = CachedFile(
+                    path, lambda data: _parse_user(data, account, workspace), max_bytes=MAX_POLICY_FILE_BYTES
+                )
+                self._files[path.name] = cached
+                while len(self._files) > MAX_PARTITIONS_CACHED:
+                    self._files.popitem(last=False)
+            else:
+                self._files.move_to_end(path.name)
+            return cached
+
+    def load(self, account: str, workspace: str) -> UserToolPolicy:
+        """The user selectors of one partition; a bad file is quarantined and yields none.
+
+        Args:
+            account: the account.
+            workspace: the workspace.
+
+        Raises:
+            ValueError: an empty or invalid account or workspace.
+            PolicyUnavailable: the file exists but cannot be read (I/O error).
+
+        Returns:
+            The partition's rules (empty if there is no file or it was quarantined).
+        """
+        return self._load(account, workspace, lock_held=False)
+
+    def _load(self, account: str, workspace: str, *, lock_held: bool) -> UserToolPolicy:
+        path = self.path_for(account, workspace)
+        cached = self._cached(path, account, workspace)
+        try:
+            rules = cached.get()
+        except FileTooLarge:
+            self._quarantine(path, account, workspace, "too large", lock_held=lock_held)
+            cached.invalidate()
+            rules = None
+        except OSError as exc:
+            raise PolicyUnavailable(f"cannot read the tool policy file: {exc.strerror or exc}") from None
+        except _Corrupt as exc:
+            self._quarantine(path, account, workspace, str(exc), lock_held=lock_held)
+            cached.invalidate()
+            rules = None
+        return UserToolPolicy(account, workspace, MappingProxyType(dict(rules or {})))
+
+    def set(self, account: str, workspace: str, selector: Selector, mode: ToolMode) -> None:
+        """Set the mode of one selector in one partition (atomic, persisted).
+
+        Args:
+            account: the account.
+            workspace: the workspace.
+            selector: a ClassSelector, ServiceSelector or ToolSelector.
+            mode: the mode for it.
+
+        Raises:
+            TypeError: ``selector`` or ``mode`` has the wrong type.
+            ValueError: an invalid account or workspace.
+            PolicyUnavailable: the file cannot be read or written.
+        """
+        if not isinstance(selector, Selector):
+            raise TypeError(f"not a selector: {selector!r}")
+        if not isinstance(mode, ToolMode):
+            raise TypeError(f"not a ToolMode: {mode!r}")
+        with self._editing(account, workspace) as rules:
+            rules[selector] = mode
+
+    def remove(self, account: str, workspace: str, selector: Selector) -> bool:
+        """Remove one selector from one partition.
+
+        Raises:
+            ValueError: an invalid account or workspace.
+            PolicyUnavailable: the file cannot be read or written.
+
+        Returns:
+            Whether the selector was present.
+        """
+        with self._editing(account, workspace) as rules:
+            return rules.pop(selector, None) is not None
+
+    @contextlib.contextmanager
+    def _editing(self, account: str, workspace: str) -> Iterator[dict[Selector, ToolMode]]:
+        path = self.path_for(account, workspace)
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            lock = interprocess_lock(path)
+            lock.__enter__()
+        except OSError as exc:
+            raise PolicyUnavailable(f"cannot open the tool policy directory: {exc.strerror or exc}") from None
+        try:
+            with self._lock:
+                rules = dict(self._load(account, workspace, lock_held=True).rules)
+                before = dict(rules)
+                yield rules
+                if rules != before:
+                    self._write(path, account, workspace, rules)
+        finally:
+            lock.__exit__(None, None, None)
+
+    def _write(self, path: Path, account: str, workspace: str, rules: Mapping[Selector, ToolMode]) -> None:
+        doc = {
+            "format": TOOL_POLICY_FORMAT,
+            "partition": {"account": account, "workspace": workspace},
+            "rules": [
+                {"selector": _to_json(sel), "mode": rules[sel].value} for sel in sorted(rules, key=_sort_key)
+            ],
+        }
+        data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+        try:
+            atomic_write(path, data)
+        except OSError as exc:
+            raise PolicyUnavailable(f"cannot write the tool policy file: {exc.strerror or exc}") from None
+        self._cached(path, account, workspace).invalidate()
+
+    def _quarantine(self, path: Path, account: str, workspace: str, why: str, *, lock_held: bool) -> None:
+        try:
+            with contextlib.ExitStack() as stack:
+                if not lock_held:
+                    stack.enter_context(interprocess_lock(path))
+                target = _quarantine_name(path)
+                # Only move the bytes judged bad: another writer may have replaced them.
+                try:
+                    _parse_user(read_bounded(path, MAX_POLICY_FILE_BYTES)[0], account, workspace)
+                except (_Corrupt, FileTooLarge):
+                    os.replace(path, target)
+                else:
+                    return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            _log.warning("cannot quarantine tool policy file %s (%s): %s", path.name, why, exc)
+            return
+        _log.warning(
+            "tool policy file %s is %s: moved aside to %s; defaults apply", path.name, why, target.name
+        )
+
+
+def _quarantine_name(path: Path) -> Path:
+    """``<name>.quarantined-<UTC timestamp>``, with a counter if that name is taken."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    target = path.with_name(f"{path.name}.quarantined-{stamp}")
+    counter = 0
+    while os.path.lexists(target):
+        counter += 1
+        target = path.with_name(f"{path.name}.quarantined-{stamp}-{counter}")
+    return target

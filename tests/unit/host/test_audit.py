@@ -1,0 +1,259 @@
+"""AuditLog: chained records, durability, refusal on write failure, concurrency, resume."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from host import audit as audit_mod
+from host.audit import GENESIS, AuditLog, redact_params, verify
+from host.canonical import canonical_json
+from host.errors import AuditUnavailable
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.25
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "audit.log"
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_records_are_chained_canonical_lines(log_path: Path) -> None:
+    with AuditLog(log_path, clock=Clock()) as log:
+        first = log.append("call.intent", {"tool": "t.x", "input": {"b": 1, "a": [1.0, "é"]}})
+        second = log.append("call.outcome", {"tool": "t.x", "ok": True})
+    records = lines(log_path)
+    assert [r["seq"] for r in records] == [1, 2]
+    assert records[0]["prev"] == GENESIS
+    assert records[1]["prev"] == first == records[0]["hash"]
+    assert records[1]["hash"] == second
+    assert records[0]["kind"] == "call.intent" and records[0]["time"] == 1_700_000_001.25
+    for raw, record in zip(log_path.read_bytes().splitlines(), records, strict=True):
+        assert raw == canonical_json(record)
+        body = {k: v for k, v in record.items() if k != "hash"}
+        assert record["hash"] == hashlib.sha256(canonical_json(body)).hexdigest()
+    assert verify(log_path).ok
+
+
+def test_log_file_is_private(log_path: Path) -> None:
+    with AuditLog(log_path):
+        pass
+    assert log_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_resume_after_reopen_continues_the_chain(log_path: Path) -> None:
+    with AuditLog(log_path) as log:
+        log.append("a", {})
+        head = log.append("b", {})
+    with AuditLog(log_path) as log:
+        assert log.head == (2, head)
+        log.append("c", {"n": 3})
+    assert [r["seq"] for r in lines(log_path)] == [1, 2, 3]
+    assert lines(log_path)[2]["prev"] == head
+    report = verify(log_path)
+    assert (report.ok, report.records) == (True, 3)
+
+
+@pytest.mark.parametrize(
+    ("tail", "match"),
+    [
+        (b'{"seq":3', "incomplete"),
+        (b"garbage\n", "corrupt"),
+        (b"\n", "corrupt"),
+    ],
+    ids=["partial-line", "garbage-line", "empty-line"],
+)
+def test_corrupt_tail_refuses_to_open(log_path: Path, tail: bytes, match: str) -> None:
+    with AuditLog(log_path) as log:
+        log.append("a", {})
+    before = log_path.read_bytes() + tail
+    log_path.write_bytes(before)
+    with pytest.raises(AuditUnavailable, match=match):
+        AuditLog(log_path)
+    assert log_path.read_bytes() == before  # nothing appended after a bad tail
+
+
+def test_edited_tail_refuses_to_open(log_path: Path) -> None:
+    with AuditLog(log_path) as log:
+        log.append("a", {"ok": True})
+    log_path.write_bytes(log_path.read_bytes().replace(b'"ok":true', b'"ok":false'))
+    with pytest.raises(AuditUnavailable, match="corrupt"):
+        AuditLog(log_path)
+
+
+def test_second_writer_on_same_file_refused(log_path: Path) -> None:
+    with AuditLog(log_path) as log:
+        with pytest.raises(AuditUnavailable, match="another writer"):
+            AuditLog(log_path)
+        log.append("a", {})
+    with AuditLog(log_path) as again:  # released on close
+        again.append("b", {})
+    assert verify(log_path).records == 2
+
+
+def test_reserved_payload_keys_refused(log_path: Path) -> None:
+    with AuditLog(log_path) as log:
+        for key in ("seq", "time", "prev", "kind", "hash"):
+            with pytest.raises(ValueError, match="reserved"):
+                log.append("a", {key: 1})
+        with pytest.raises(ValueError):
+            log.append("", {})
+        with pytest.raises(ValueError):
+            log.append("k" * 129, {})
+        assert log.head == (0, GENESIS)
+        log.append("k" * 128, {})
+        assert log.head[0] == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"x": float("nan")}, {"x": b"bytes"}, {"x": {1: "int key"}}, {"x": 2**60}, {"x": "\ud800"}],
+    ids=["nan", "bytes", "int-key", "huge-int", "lone-surrogate"],
+)
+def test_non_canonical_payload_refused_and_chain_unchanged(log_path: Path, payload: dict) -> None:
+    with AuditLog(log_path) as log:
+        log.append("a", {})
+        head = log.head
+        with pytest.raises(AuditUnavailable, match="canonical"):
+            log.append("b", payload)
+        assert log.head == head
+        log.append("c", {})
+    assert verify(log_path).ok
+
+
+def test_oversized_record_refused(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit_mod, "MAX_RECORD_BYTES", 300)
+    with AuditLog(log_path) as log:
+        with pytest.raises(AuditUnavailable, match="over"):
+            log.append("a", {"blob": "x" * 400})
+        assert log.head == (0, GENESIS)
+    assert log_path.read_bytes() == b""
+
+
+def test_full_disk_dev_full_refused_and_chain_unchanged() -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with AuditLog(Path("/dev/full")) as log:
+        with pytest.raises(AuditUnavailable, match="No space left"):
+            log.append("call.intent", {"tool": "t.x"})
+        assert log.head == (0, GENESIS)
+        with pytest.raises(AuditUnavailable):
+            log.append("call.intent", {"tool": "t.x"})
+        assert log.head == (0, GENESIS)
+
+
+def _fail_once(monkeypatch: pytest.MonkeyPatch, name: str, *, partial: bool = False) -> list[int]:
+    real = getattr(os, name)
+    calls: list[int] = []
+
+    def broken(fd: int, *args: object) -> object:
+        if not calls:
+            calls.append(1)
+            if partial:  # half the record reaches the file, then the disk is full
+                data = args[0]
+                real(fd, bytes(data)[: len(data) // 2])  # type: ignore[arg-type]
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, *args)
+
+    monkeypatch.setattr(audit_mod.os, name, broken)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("name", "partial"),
+    [("write", False), ("write", True), ("fsync", False)],
+    ids=["write-enospc", "partial-write-then-enospc", "fsync-eio"],
+)
+def test_write_failure_refused_file_and_chain_unchanged(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, partial: bool
+) -> None:
+    with AuditLog(log_path) as log:
+        log.append("a", {})
+        head = log.head
+        before = log_path.read_bytes()
+        _fail_once(monkeypatch, name, partial=partial)
+        with pytest.raises(AuditUnavailable) as info:
+            log.append("call.intent", {"tool": "t.x"})
+        assert info.value.code == "AUDIT_UNAVAILABLE"
+        assert log.head == head
+        assert log_path.read_bytes() == before  # the partial record was cut off
+        log.append("call.intent", {"tool": "t.x"})  # disk freed: the chain continues
+    records = lines(log_path)
+    assert [r["seq"] for r in records] == [1, 2]
+    assert records[1]["prev"] == head[1]
+    assert verify(log_path).ok
+
+
+def test_failed_undo_breaks_the_log_until_reopened(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with AuditLog(log_path) as log:
+        log.append("a", {})
+        _fail_once(monkeypatch, "write", partial=True)
+        monkeypatch.setattr(audit_mod.os, "ftruncate", lambda fd, n: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+        with pytest.raises(AuditUnavailable):
+            log.append("b", {})
+        monkeypatch.undo()
+        with pytest.raises(AuditUnavailable, match="could not be undone"):
+            log.append("c", {})
+    with pytest.raises(AuditUnavailable, match="incomplete"):
+        AuditLog(log_path)  # the operator must look at the partial line first
+
+
+def test_closed_log_refuses_appends(log_path: Path) -> None:
+    log = AuditLog(log_path)
+    log.close()
+    log.close()  # idempotent
+    with pytest.raises(AuditUnavailable, match="closed"):
+        log.append("a", {})
+
+
+def test_unopenable_path_refused(tmp_path: Path) -> None:
+    with pytest.raises(AuditUnavailable, match="cannot open"):
+        AuditLog(tmp_path / "missing-dir" / "audit.log")
+
+
+def test_eight_threads_500_appends_each_all_chained(log_path: Path) -> None:
+    log = AuditLog(log_path)
+    ids: list[str] = []
+    guard = threading.Lock()
+
+    def work(n: int) -> None:
+        mine = [log.append("call.outcome", {"thread": n, "i": i}) for i in range(500)]
+        with guard:
+            ids.extend(mine)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log.close()
+    report = verify(log_path)
+    assert (report.ok, report.records) == (True, 4000)
+    assert len(set(ids)) == 4000
+    records = lines(log_path)
+    assert {r["hash"] for r in records} == set(ids)
+    assert sorted((r["thread"], r["i"]) for r in records) == [(n, i) for n in range(8) for i in range(500)]
+
+
+def test_redact_params_replaces_only_named_top_level_values() -> None:
+    data = {"token": "s3cret", "repo": "x", "nested": {"token": "kept"}}
+    out = redact_params(data, ["token", "absent"])
+    assert out == {"token": "[REDACTED]", "repo": "x", "nested": {"token": "kept"}}
+    assert data["token"] == "s3cret"  # input untouched
