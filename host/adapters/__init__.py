@@ -1,0 +1,1 @@
+"""Adapters from the frozen registry to model APIs (OpenAI, Anthropic, MCP)."""

@@ -1,0 +1,590 @@
+"""The Host: the one entry point for a tool call (DESIGN §6, §11).
+
+Nothing runs a guest except :meth:`Host.execute`, and nothing reaches it except through
+:func:`host.plan.prepare`. The pipeline, in order:
+
+1–6. :func:`host.plan.prepare` — envelope, registry, policy before input, tool policy,
+     input canonicalization, action digest, approval requirement;
+7.   rate limit per (principal, tool);
+8.   pre-flight secrets: every required secret must exist for the principal, or the call
+     fails with CREDENTIAL_UNAVAILABLE and the guest never starts; values are staged for
+     this call only;
+9.   for effects other than ``read``, an intent record is appended to the audit log; if
+     that fails the call is refused with AUDIT_UNAVAILABLE and nothing runs;
+10.  the guest runs in a fresh sandbox; its output is validated against
+     ``output_schema``, canonicalized, bounded and scrubbed of staged secrets;
+11.  an outcome record is appended, success or failure, with sensitive params redacted
+     and usage (fuel, duration, HTTP requests, bytes).
+
+Every refusal is returned as a :class:`CallResult` with a stable error code; :meth:`call`
+never raises for untrusted input. Host-app misuse (a closed host) raises RuntimeError.
+
+Example::
+
+    with Host.open("stockade.lock", config=HostConfig(state_dir=d), secrets=store,
+                   policy=FilePolicyEngine(d / "policy.json"), audit=d / "audit.log") as host:
+        result = host.call(CallRequest(principal=Principal(project="p", subject="alice"),
+                                       session="s1", tool="tracker.list-issues",
+                                       version="1.2.0", input={"repo": "x"}))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from host.adapters.schemas import ToolFormat, tool_schemas
+from host.audit import AuditLog, redact_params
+from host.canonical import canonical_json, parse_json
+from host.config import HostConfig
+from host.egress.policy import EgressPolicy, Resolver, system_resolver
+from host.egress.port import DenyAllEgress, EgressPort
+from host.egress.session import EgressSession
+from host.egress.transport import TransportFactory
+from host.errors import (
+    ApprovalRequired,
+    CredentialUnavailable,
+    OutputInvalid,
+    StockadeError,
+)
+from host.lock import LockState, TrustedKeys, load_lock
+from host.plan import Approval, ApprovalAuthority, CallRequest, InvocationPlan, prepare
+from host.policy.engine import PolicyEngine
+from host.policy.grants import SessionGrants
+from host.policy.toolpolicy import ToolPolicyStore
+from host.ratelimit import RateLimiter
+from host.redact import Redactor
+from host.registry import FrozenRegistry, ToolDefinition
+from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits
+from host.schema import canonicalize
+from host.secrets import SecretsStore, SecretValue
+
+__all__ = ["CallResult", "ErrorInfo", "Host", "Usage"]
+
+_log = logging.getLogger("stockade.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """A refusal as the caller sees it: stable code, message, hint, safe details."""
+
+    code: str
+    message: str
+    hint: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a call consumed."""
+
+    fuel: int = 0
+    duration_ms: float = 0.0
+    http_requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (for audit records)."""
+        return {
+            "fuel": self.fuel,
+            "duration_ms": round(self.duration_ms, 3),
+            "http_requests": self.http_requests,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """The answer to a call: ``output`` when ``ok``, else ``error``.
+
+    ``audit_id`` is the hash of the outcome record; ``log`` the guest's captured log
+    (scrubbed of staged secrets).
+    """
+
+    ok: bool
+    output: Any = None
+    error: ErrorInfo | None = None
+    audit_id: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    log: str = ""
+    action_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Package:
+    component: LoadedComponent
+    egress_policy: EgressPolicy | None
+
+
+class Host:
+    """A loaded lock: frozen registry, compiled components, policy, secrets and audit.
+
+    Use :meth:`open`; the constructor is private. Close it (or use ``with``) to stop the
+    epoch ticker thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: HostConfig,
+        registry: FrozenRegistry,
+        packages: Mapping[str, _Package],
+        runtime: Runtime,
+        secrets: SecretsStore | None,
+        policy: PolicyEngine,
+        tool_policy: ToolPolicyStore,
+        audit: AuditLog,
+        resolver: Resolver,
+        generation: int,
+        transport_factory: TransportFactory | None,
+        owns_audit: bool,
+    ) -> None:
+        """:meta private:"""
+        self.config = config
+        self.registry = registry
+        self.generation = generation
+        self.grants = SessionGrants()
+        self._packages = dict(packages)
+        self._runtime = runtime
+        self._secrets = secrets
+        self._policy = policy
+        self._tool_policy = tool_policy
+        self._audit = audit
+        self._resolver = resolver
+        self._limiter = RateLimiter()
+        self._approvals = ApprovalAuthority()
+        self._owns_audit = owns_audit
+        self._transport_factory = transport_factory
+        self._closed = threading.Event()
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        lock: str | Path,
+        *,
+        config: HostConfig,
+        secrets: SecretsStore | None,
+        policy: PolicyEngine,
+        audit: AuditLog | str | Path,
+        tool_policy: ToolPolicyStore | None = None,
+        resolver: Resolver | None = None,
+        transport_factory: TransportFactory | None = None,
+        progress: Callable[[ProgressEvent], None] | None = None,
+        unsafe_accept_rollback: bool = False,
+    ) -> Host:
+        """Verify a lock, compile its components and build the frozen registry.
+
+        The lock's generation is accepted into ``config.state_dir`` only after every
+        digest, signature, manifest and component check passed.
+
+        Args:
+            lock: path of ``stockade.lock``.
+            config: host configuration and ceilings.
+            secrets: the secrets store (``None``: no secrets; packages that require one
+                fail their calls with CREDENTIAL_UNAVAILABLE).
+            policy: the PolicyEngine port (e.g. ``FilePolicyEngine``).
+            audit: an AuditLog, or a path to open one at (closed with the host).
+            tool_policy: layered tool policy store (default: under ``state_dir``).
+            resolver: DNS resolver port (default: the system resolver).
+            transport_factory: builds the HTTP transport from the vetted pins (default:
+                the pinned TLS transport). The author harness passes scripted responses
+                here; every policy, credential and redaction step still runs.
+            progress: receives compile progress events.
+            unsafe_accept_rollback: accept an older or forked lock generation; logged,
+                recorded in the state file and in the audit log.
+
+        Raises:
+            LockInvalid, LockRollback, DigestMismatch, SignatureInvalid: the lock.
+            ManifestInvalid: a bundled manifest.
+            ComponentRefused: a module is not an acceptable component.
+            AuditUnavailable: the audit log cannot be opened or written.
+        """
+        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = audit if isinstance(audit, AuditLog) else AuditLog(Path(audit))
+        keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
+        loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
+        runtime = Runtime(config)
+        try:
+            items = [(p.binding.package, p.module_bytes, p.binding.module_sha256) for p in loaded.packages]
+            components = runtime.load_many(items, progress=progress)
+            packages: dict[str, _Package] = {}
+            for locked, component in zip(loaded.packages, components, strict=True):
+                http = locked.manifest.http
+                allow = EgressPolicy.from_allow(http.allow) if http is not None and http.allow else None
+                packages[locked.binding.package] = _Package(component, allow)
+            registry = FrozenRegistry.from_packages((p.manifest, p.binding) for p in loaded.packages)
+            LockState(config.state_dir).accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
+            log.append(
+                "lock.accepted",
+                {
+                    "generation": loaded.generation,
+                    "digest": loaded.digest,
+                    "packages": [f"{p.binding.package}@{p.binding.version}" for p in loaded.packages],
+                    "unsafe_accept_rollback": unsafe_accept_rollback,
+                    "unsafe_allow_loopback": config.unsafe_allow_loopback,
+                },
+            )
+        except BaseException:
+            runtime.close()
+            if not isinstance(audit, AuditLog):
+                log.close()
+            raise
+        store = tool_policy or ToolPolicyStore(config.state_dir / "tool-policy", admin_dir=config.admin_policy_dir)
+        return cls(
+            config=config,
+            registry=registry,
+            packages=packages,
+            runtime=runtime,
+            secrets=secrets,
+            policy=policy,
+            tool_policy=store,
+            audit=log,
+            resolver=resolver or system_resolver,
+            generation=loaded.generation,
+            transport_factory=transport_factory,
+            owns_audit=not isinstance(audit, AuditLog),
+        )
+
+    # -- the pipeline --------------------------------------------------------------------
+
+    def prepare(self, request: CallRequest | Mapping[str, Any]) -> InvocationPlan:
+        """DESIGN §6 steps 1–6 without running anything.
+
+        Raises:
+            RequestInvalid, ToolNotFound, PolicyDenied, PolicyUnavailable, InputInvalid.
+        """
+        self._check_open()
+        return prepare(
+            request,
+            registry=self.registry,
+            engine=self._policy,
+            tool_policy=self._tool_policy,
+            grants=self.grants,
+            max_input_bytes=self.config.ceilings.max_input_bytes,
+        )
+
+    def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
+        """Issue a single-use approval for exactly this plan's action, principal and session.
+
+        Call this only after a person approved the plan's ``preview``.
+        """
+        self._check_open()
+        return self._approvals.issue(plan, ttl_s=ttl_s)
+
+    def call(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
+        """Prepare and, if allowed, execute one call. Never raises for untrusted input."""
+        try:
+            plan = self.prepare(request)
+        except StockadeError as exc:
+            return self._refused(request, exc)
+        return self.execute(plan, plan.request.approval)
+
+    async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
+        """The same pipeline as :meth:`call`, run in a worker thread."""
+        return await asyncio.to_thread(self.call, request)
+
+    def execute(self, plan: InvocationPlan, approval: Approval | None = None) -> CallResult:
+        """Run a prepared plan (DESIGN §6 steps 7–11), re-authorizing first.
+
+        Policy is decided again, so a revoke between prepare and execute denies; the
+        fresh plan must have the same action digest; an approval-required plan needs an
+        approval bound to that digest, principal and session.
+        """
+        try:
+            current = self.prepare(plan.request)
+            if current.action_digest != plan.action_digest:
+                raise ApprovalRequired("the action changed since it was prepared; prepare it again")
+            if current.status == "approval_required":
+                if approval is None:
+                    raise ApprovalRequired(
+                        f"{plan.tool} needs a person's approval",
+                        action_digest=plan.action_digest,
+                        preview=plan.preview.to_dict(),
+                    )
+                self._approvals.redeem(current, approval)
+        except StockadeError as exc:
+            return self._refused(plan.request, exc, digest=plan.action_digest)
+        return self._run(current)
+
+    def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:  # noqa: A002 - DESIGN §11 name
+        """Model-facing tool schemas from the registry (``openai``, ``anthropic`` or ``mcp``)."""
+        return tool_schemas(self.registry, format)
+
+    # -- steps 7–11 --------------------------------------------------------------------------
+
+    def _run(self, plan: InvocationPlan) -> CallResult:
+        holder: list[EgressPort] = []
+        try:
+            return self._run_in(plan, holder)
+        finally:
+            for port in holder:
+                if isinstance(port, EgressSession):
+                    port.close()
+
+    def _run_in(self, plan: InvocationPlan, holder: list[EgressPort]) -> CallResult:
+        tool = self.registry.get(plan.tool, plan.version)
+        principal = plan.request.principal
+        started = time.monotonic()
+        staged: dict[str, SecretValue] = {}
+        redactor = Redactor(())
+        egress: EgressPort = DenyAllEgress()
+        try:
+            limit = tool.rate_limit
+            self._limiter.check_and_consume(
+                principal.key,
+                tool.name,
+                per_minute=limit.per_minute if limit else None,
+                per_hour=limit.per_hour if limit else None,
+            )
+            staged = self._stage_secrets(plan, tool)
+            redactor = self._redactor(tool, staged)
+            if str(getattr(tool.effect, "value", tool.effect)) != "read":
+                self._audit.append("call.intent", self._record(plan, tool))
+            egress = self._egress(tool, staged, redactor, started)
+            holder.append(egress)
+            limits = self._limits(tool)
+            result = self._runtime.run(
+                self._packages[tool.binding.package].component,
+                tool=tool.name,
+                input_json=plan.canonical_input.decode("utf-8"),
+                limits=limits,
+                egress=egress,
+                secret_available=staged.__contains__,
+                scrub=redactor.text,
+            )
+            output = self._output(tool, result.output, redactor)
+        except StockadeError as exc:
+            usage = self._usage(started, egress, exc.details.get("usage"))
+            return self._refused(plan.request, exc, digest=plan.action_digest, usage=usage, plan=plan, tool=tool, redactor=redactor)
+        usage = self._usage(started, egress, {"fuel_consumed": result.usage.fuel_consumed})
+        record = self._record(plan, tool) | {"ok": True, "usage": usage.to_dict(), "http": self._http_records(egress)}
+        try:
+            audit_id = self._audit.append("call.outcome", record)
+        except StockadeError as exc:
+            return self._result_from_error(exc, usage=usage, digest=plan.action_digest)
+        log_text = redactor.text(_log_text(result.log))
+        return CallResult(ok=True, output=output, audit_id=audit_id, usage=usage, log=log_text, action_digest=plan.action_digest)
+
+    def _stage_secrets(self, plan: InvocationPlan, tool: ToolDefinition) -> dict[str, SecretValue]:
+        http = tool.package.http
+        if http is None or not http.credentials:
+            return {}
+        principal = plan.request.principal
+        names = sorted({c.secret for c in http.credentials})
+        staged = self._secrets.stage(principal.project, principal.subject, names) if self._secrets else {}
+        for mapping in http.credentials:
+            if not mapping.optional and mapping.secret not in staged:
+                raise CredentialUnavailable(
+                    f"secret {mapping.secret!r} is required by package {tool.binding.package!r} "
+                    f"but is not stored for {principal.subject!r} in {principal.project!r}",
+                    secret=mapping.secret,
+                )
+        return staged
+
+    def _redactor(self, tool: ToolDefinition, staged: Mapping[str, SecretValue]) -> Redactor:
+        http = tool.package.http
+        usernames = []
+        if http is not None:
+            usernames = [c.location.username for c in http.credentials if c.location.type == "basic"]
+        return Redactor((v.reveal() for v in staged.values()), basic_usernames=usernames)
+
+    def _egress(
+        self, tool: ToolDefinition, staged: Mapping[str, SecretValue], redactor: Redactor, started: float
+    ) -> EgressPort:
+        package = self._packages[tool.binding.package]
+        http = tool.package.http
+        if http is None or package.egress_policy is None:
+            return DenyAllEgress()
+        return EgressSession(
+            http,
+            package.egress_policy,
+            package=tool.binding.package,
+            credentials=http.credentials,
+            staged=staged,
+            max_requests=tool.package.limits.max_http_requests,
+            deadline=started + self._limits(tool).timeout_ms / 1000,
+            resolver=self._resolver,
+            transport_factory=self._transport_factory,
+            ca_file=self.config.extra_ca_file,
+            allow_loopback=self.config.unsafe_allow_loopback,
+            redactor=redactor,
+        )
+
+    def _limits(self, tool: ToolDefinition) -> SandboxLimits:
+        limits = tool.package.limits
+        return SandboxLimits(
+            fuel=limits.fuel,
+            memory_bytes=limits.memory_bytes,
+            timeout_ms=min(tool.timeout_s * 1000, limits.timeout_ms),
+            max_log_bytes=limits.max_log_bytes,
+        )
+
+    def _output(self, tool: ToolDefinition, raw: str, redactor: Redactor) -> Any:
+        budget = self.config.ceilings.max_output_bytes
+        try:
+            value = parse_json(raw, max_bytes=budget)
+            canonicalize(tool.output_schema, value, max_bytes=budget)
+        except StockadeError as exc:
+            raise OutputInvalid(
+                f"{tool.name} returned output outside its schema: {redactor.text(exc.message)}",
+                pointer=exc.details.get("pointer"),
+            ) from exc
+        scrubbed = redactor.json_value(value)
+        canonical_json(scrubbed)  # still canonical-able after redaction
+        return scrubbed
+
+    # -- records and results ----------------------------------------------------------------
+
+    def _record(self, plan: InvocationPlan, tool: ToolDefinition) -> dict[str, Any]:
+        principal = plan.request.principal
+        return {
+            "action_digest": plan.action_digest,
+            "project": principal.project,
+            "subject": principal.subject,
+            "session": plan.request.session,
+            "tool": tool.name,
+            "version": tool.version,
+            "generation": tool.binding.generation,
+            "effect": str(getattr(tool.effect, "value", tool.effect)),
+            "input": redact_params(plan.request.input, tool.sensitive_params),
+            "fence": [plan.fence.policy_version, plan.fence.role_binding_version],
+        }
+
+    def _refused(
+        self,
+        request: CallRequest | Mapping[str, Any],
+        exc: StockadeError,
+        *,
+        digest: str | None = None,
+        usage: Usage | None = None,
+        plan: InvocationPlan | None = None,
+        tool: ToolDefinition | None = None,
+        redactor: Redactor | None = None,
+    ) -> CallResult:
+        scrub = redactor or Redactor(())
+        record: dict[str, Any] = {"ok": False, "error": {"code": exc.code, "message": scrub.text(exc.message)}}
+        if plan is not None and tool is not None:
+            record |= self._record(plan, tool)
+        else:
+            record |= _envelope_summary(request)
+        if digest:
+            record["action_digest"] = digest
+        if usage is not None:
+            record["usage"] = usage.to_dict()
+        audit_id: str | None = None
+        try:
+            audit_id = self._audit.append("call.outcome", record)
+        except StockadeError as audit_exc:
+            _log.error("audit log unavailable while recording a refusal: %s", audit_exc)
+        return self._result_from_error(exc, usage=usage, digest=digest, audit_id=audit_id, scrub=scrub)
+
+    def _result_from_error(
+        self,
+        exc: StockadeError,
+        *,
+        usage: Usage | None,
+        digest: str | None,
+        audit_id: str | None = None,
+        scrub: Redactor | None = None,
+    ) -> CallResult:
+        scrub = scrub or Redactor(())
+        details = {k: v for k, v in exc.details.items() if k not in {"usage", "log"}}
+        error = ErrorInfo(
+            code=exc.code,
+            message=scrub.text(exc.message),
+            hint=exc.hint,
+            details=scrub.json_value(details),  # type: ignore[arg-type]  # json_value keeps the mapping shape
+        )
+        return CallResult(ok=False, error=error, audit_id=audit_id, usage=usage or Usage(), action_digest=digest)
+
+    @staticmethod
+    def _http_records(egress: EgressPort) -> list[dict[str, Any]]:
+        if not isinstance(egress, EgressSession):
+            return []
+        return [
+            {
+                "method": r.method,
+                "host": r.host,
+                "path": r.path,
+                "status": r.status,
+                "bytes_sent": r.bytes_sent,
+                "bytes_received": r.bytes_received,
+                "outcome": r.outcome,
+            }
+            for r in egress.usage.requests
+        ]
+
+    @staticmethod
+    def _usage(started: float, egress: EgressPort, sandbox: object) -> Usage:
+        fuel = 0
+        if isinstance(sandbox, Mapping):
+            fuel = int(sandbox.get("fuel_consumed", 0))
+        requests = bytes_sent = bytes_received = 0
+        if isinstance(egress, EgressSession):
+            usage = egress.usage
+            requests = len(usage.requests)
+            bytes_sent, bytes_received = usage.bytes_sent, usage.bytes_received
+        return Usage(
+            fuel=fuel,
+            duration_ms=(time.monotonic() - started) * 1000,
+            http_requests=requests,
+            bytes_sent=bytes_sent,
+            bytes_received=bytes_received,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise RuntimeError("this Host is closed")
+
+    def close(self) -> None:
+        """Stop the epoch ticker, release compiled components and close an audit log this
+        host opened itself. Idempotent."""
+        if not self._closed.is_set():
+            self._closed.set()
+            self._runtime.close()
+            if self._owns_audit:
+                self._audit.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _log_text(log: object) -> str:
+    if isinstance(log, str):
+        return log
+    if isinstance(log, tuple | list):
+        return "\n".join(str(getattr(line, "text", line)) for line in log)
+    return str(log)
+
+
+def _envelope_summary(request: object) -> dict[str, Any]:
+    """What can be recorded about an envelope that failed before the tool was known."""
+    if isinstance(request, CallRequest):
+        return {
+            "project": request.principal.project,
+            "subject": request.principal.subject,
+            "session": request.session,
+            "tool": request.tool,
+            "version": request.version,
+        }
+    if isinstance(request, Mapping):
+        return {k: v[:256] for k in ("session", "tool", "version") if isinstance(v := request.get(k), str)}
+    return {}

@@ -1,0 +1,433 @@
+"""Preparing a tool call: envelope, registry, policy before input, action digest, approvals.
+
+This is DESIGN §6 steps 1–6 and §7. :func:`prepare` turns an untrusted
+:class:`CallRequest` into an :class:`InvocationPlan` — pure data, with no filesystem,
+process, network or timer authority — or raises the refusal:
+
+1. the envelope is parsed exactly (extra fields refused) and the principal is unexpired;
+2. the tool is looked up by exact (name, version) in the frozen registry;
+3. ``tool.call:{name}`` and every required permission are authorized through the
+   :class:`~host.policy.engine.PolicyEngine` port *before the input is looked at*; any
+   deny stops; every non-deny decision must carry the same fence;
+4. the layered tool policy (managed cap, user selectors, class defaults) and session
+   grants are combined with the engine's answer: the strictest wins, and a grant only
+   discharges *ask*;
+5. the input is validated and canonicalized; the input digest and the action digest are
+   computed;
+6. the plan is ``ready`` or ``approval_required`` with a redacted preview.
+
+Approvals are issued by the host (:class:`ApprovalAuthority`): an HMAC under a key that
+lives only in the host process binds the action digest, the principal, the session and
+an expiry, and each approval is single use. Every approval failure is one opaque
+``APPROVAL_INVALID`` (STYLE §12).
+
+Example::
+
+    plan = prepare(request, registry=..., engine=..., tool_policy=..., grants=...)
+    if plan.status == "approval_required":
+        approval = authority.issue(plan, ttl_s=300)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets as _random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
+from host.errors import (
+    ApprovalInvalid,
+    PolicyDenied,
+    PolicyUnavailable,
+    RequestInvalid,
+    StockadeError,
+)
+from host.policy.engine import Decision, Effect, Fence, PolicyEngine, check_fences
+from host.policy.grants import SessionGrants, final_decision
+from host.policy.toolpolicy import ToolPolicyStore
+from host.registry import FrozenRegistry, ToolDefinition
+from host.schema import canonicalize
+
+__all__ = [
+    "ACTION_DOMAIN",
+    "Approval",
+    "ApprovalAuthority",
+    "CallRequest",
+    "InvocationPlan",
+    "Preview",
+    "Principal",
+    "action_digest",
+    "prepare",
+]
+
+ACTION_DOMAIN = "stockade/tool-invocation@1"
+"""Domain separator of the action digest (DESIGN §7); versioned like every format."""
+
+MAX_ENVELOPE_BYTES = 128 * 1024  # bytes of a JSON call envelope (input budget + room)
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Principal(BaseModel):
+    """Who is calling: a stable subject inside a project.
+
+    Args:
+        project: the project (scope of policy and secrets).
+        subject: the stable subject id (a person or an agent).
+        expires_at: unix time after which the principal is refused; ``None`` = no expiry.
+    """
+
+    model_config = _STRICT
+
+    project: str = Field(min_length=1, max_length=128)
+    subject: str = Field(min_length=1, max_length=256)
+    expires_at: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(project, subject): the key of rate limits, grants and secrets."""
+        return (self.project, self.subject)
+
+
+class Approval(BaseModel):
+    """A person's approval of one exact action, issued by :class:`ApprovalAuthority`."""
+
+    model_config = _STRICT
+
+    action_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    project: str
+    subject: str
+    session: str
+    expires_at: float
+    nonce: str = Field(pattern=r"^[0-9a-f]{32}$")
+    mac: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class CallRequest(BaseModel):
+    """The call envelope the model (through the host app) proposes.
+
+    ``input`` is only checked to be an object here; it is validated against the tool's
+    schema after policy has allowed the call.
+    """
+
+    model_config = _STRICT
+
+    principal: Principal
+    session: str = Field(min_length=1, max_length=256)
+    tool: str = Field(min_length=1, max_length=64)
+    version: str = Field(min_length=1, max_length=64)
+    input: dict[str, Any]
+    approval: Approval | None = None
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> CallRequest:
+        """Parse an envelope from untrusted JSON.
+
+        Raises:
+            RequestInvalid: not strict JSON, too large, extra or missing fields.
+        """
+        try:
+            raw = parse_json(data, max_bytes=MAX_ENVELOPE_BYTES)
+        except StockadeError as exc:
+            raise RequestInvalid(f"call envelope is not valid JSON: {exc.message}") from exc
+        return _validate_envelope(raw)
+
+
+def _validate_envelope(raw: object) -> CallRequest:
+    try:
+        if isinstance(raw, CallRequest):
+            return raw
+        return CallRequest.model_validate(raw, strict=False)
+    except ValidationError as exc:
+        problems = [
+            {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()
+        ]
+        raise RequestInvalid("call envelope is invalid", problems=problems) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What a person sees before approving; holds no input values and no secrets."""
+
+    tool: str
+    version: str
+    package: str
+    package_version: str
+    generation: int
+    effect: str
+    risk: str
+    permissions: tuple[str, ...]
+    hosts: tuple[str, ...]
+    secrets: tuple[str, ...]
+    action_digest: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "tool": self.tool,
+            "version": self.version,
+            "package": self.package,
+            "package_version": self.package_version,
+            "generation": self.generation,
+            "effect": self.effect,
+            "risk": self.risk,
+            "permissions": list(self.permissions),
+            "hosts": list(self.hosts),
+            "secrets": list(self.secrets),
+            "action_digest": self.action_digest,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationPlan:
+    """A prepared call: pure data (no handles, clients, files or clocks).
+
+    ``status`` is ``ready`` or ``approval_required``. ``canonical_input`` is the
+    validated, canonical input; ``action_digest`` the §7 digest; ``fence`` the policy
+    versions every decision agreed on.
+    """
+
+    status: Literal["ready", "approval_required"]
+    request: CallRequest
+    tool: str
+    version: str
+    canonical_input: bytes
+    input_sha256: str
+    action_digest: str
+    fence: Fence
+    preview: Preview
+
+
+def action_digest(principal: Principal, tool: ToolDefinition, input_sha256: str) -> str:
+    """The §7 action digest: the stable handle for approvals and audit.
+
+    It binds the principal's project and subject, the tool's exact identity and binding,
+    its permissions, effect, risk and timeout, and the canonical input digest. It holds
+    no input, secrets or prompts.
+    """
+    binding = tool.binding
+    return digest_json(
+        {
+            "domain": ACTION_DOMAIN,
+            "project": principal.project,
+            "subject": principal.subject,
+            "tool": tool.name,
+            "version": tool.version,
+            "binding": {
+                "package": binding.package,
+                "version": binding.version,
+                "generation": binding.generation,
+                "manifest_sha256": binding.manifest_sha256,
+                "module_sha256": binding.module_sha256,
+            },
+            "permissions": required_permissions(tool),
+            "effect": _enum_value(tool.effect),
+            "risk": _enum_value(tool.risk),
+            "timeout_s": tool.timeout_s,
+            "input_sha256": input_sha256,
+        }
+    )
+
+
+def required_permissions(tool: ToolDefinition) -> list[str]:
+    """``tool.call:{name}`` followed by the tool's declared permissions."""
+    return [f"tool.call:{tool.name}", *tool.permissions]
+
+
+def _enum_value(value: object) -> str:
+    return str(getattr(value, "value", value))
+
+
+def service_of(tool_name: str) -> str:
+    """The service of a tool is its package prefix: ``tracker`` for ``tracker.list-issues``."""
+    return tool_name.split(".", 1)[0]
+
+
+def _authorize(
+    engine: PolicyEngine, principal: Principal, tool: ToolDefinition
+) -> tuple[Effect, Fence]:
+    decisions: list[Decision] = []
+    for permission in required_permissions(tool):
+        try:
+            decision = engine.authorize(principal, principal.project, permission)
+        except StockadeError:
+            raise
+        except Exception as exc:  # a broken store must fail closed, not crash open
+            raise PolicyUnavailable(f"policy engine failed: {type(exc).__name__}") from exc
+        if not isinstance(decision, Decision) or not isinstance(decision.effect, Effect):
+            raise PolicyUnavailable("policy engine returned a malformed decision")
+        if decision.effect is Effect.DENY:
+            raise PolicyDenied(
+                f"policy denies {permission!r} to {principal.subject!r} in {principal.project!r}",
+                permission=permission,
+                reason=decision.reason,
+            )
+        decisions.append(decision)
+    fence = check_fences(decisions)
+    if any(d.effect is Effect.REQUIRE_APPROVAL for d in decisions):
+        return Effect.REQUIRE_APPROVAL, fence
+    return Effect.ALLOW, fence
+
+
+def _preview(tool: ToolDefinition, digest: str) -> Preview:
+    http = tool.package.http
+    hosts: list[str] = []
+    secrets: list[str] = []
+    if http is not None:
+        for entry in http.allow:
+            port = "" if entry.port is None else f":{entry.port}"
+            methods = ",".join(entry.methods)
+            hosts.append(f"{methods} {entry.scheme}://{entry.host}{port}{entry.path_prefix}")
+        secrets = sorted({c.secret for c in http.credentials})
+    binding = tool.binding
+    return Preview(
+        tool=tool.name,
+        version=tool.version,
+        package=binding.package,
+        package_version=binding.version,
+        generation=binding.generation,
+        effect=_enum_value(tool.effect),
+        risk=_enum_value(tool.risk),
+        permissions=tuple(required_permissions(tool)),
+        hosts=tuple(hosts),
+        secrets=tuple(secrets),
+        action_digest=digest,
+    )
+
+
+def prepare(
+    request: CallRequest | Mapping[str, Any],
+    *,
+    registry: FrozenRegistry,
+    engine: PolicyEngine,
+    tool_policy: ToolPolicyStore,
+    grants: SessionGrants,
+    max_input_bytes: int,
+    now: float | None = None,
+    validate_input: Callable[..., bytes] = canonicalize,
+) -> InvocationPlan:
+    """Run DESIGN §6 steps 1–6 and return the plan.
+
+    Args:
+        request: the envelope (a CallRequest or its mapping form).
+        registry: the frozen registry of this host.
+        engine: the PolicyEngine port.
+        tool_policy: the layered tool policy store.
+        grants: session grants of this host.
+        max_input_bytes: canonical input budget (DESIGN §5: 64 KiB).
+        now: reference time for expiry checks (defaults to ``time.time()``).
+        validate_input: the schema validator (a seam for tests that spy on it).
+
+    Raises:
+        RequestInvalid: malformed envelope or expired principal.
+        ToolNotFound: no tool with that exact name and version.
+        PolicyDenied: any permission denied, or the tool is disabled.
+        PolicyUnavailable: the engine failed or fences are missing, malformed or mixed.
+        InputInvalid: the input fails the tool's schema (only after policy allowed it).
+    """
+    req = _validate_envelope(request)
+    reference = time.time() if now is None else now
+    expires = req.principal.expires_at
+    if expires is not None and expires <= reference:
+        raise RequestInvalid("the principal has expired; authenticate again")
+    tool = registry.get(req.tool, req.version)
+    engine_effect, fence = _authorize(engine, req.principal, tool)
+    try:
+        mode = tool_policy.resolve(
+            req.principal.subject,
+            req.principal.project,
+            tool=tool.name,
+            service=service_of(tool.name),
+            effect=_enum_value(tool.effect),
+        )
+    except StockadeError:
+        raise
+    except Exception as exc:
+        raise PolicyUnavailable(f"tool policy failed: {type(exc).__name__}") from exc
+    granted = grants.discharges(req.principal.key, req.session, tool.name)
+    verdict = final_decision(engine_effect, mode, granted)
+    if verdict == "deny":
+        raise PolicyDenied(f"tool {tool.name!r} is disabled by tool policy", tool=tool.name)
+    canonical = validate_input(tool.input_schema, req.input, max_bytes=max_input_bytes)
+    input_sha = sha256_hex(canonical)
+    digest = action_digest(req.principal, tool, input_sha)
+    return InvocationPlan(
+        status="approval_required" if verdict == "approval" else "ready",
+        request=req,
+        tool=tool.name,
+        version=tool.version,
+        canonical_input=canonical,
+        input_sha256=input_sha,
+        action_digest=digest,
+        fence=fence,
+        preview=_preview(tool, digest),
+    )
+
+
+class ApprovalAuthority:
+    """Issues and redeems single-use approvals bound to one action.
+
+    The MAC key is random per authority (per Host) and never leaves the process, so an
+    approval cannot be forged by whoever writes the call envelope, and approvals do not
+    survive a host restart.
+    """
+
+    __slots__ = ("_key", "_lock", "_used")
+
+    def __init__(self) -> None:
+        self._key = _random.token_bytes(32)
+        self._lock = threading.Lock()
+        self._used: dict[str, float] = {}
+
+    def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
+        """Approve ``plan`` for its principal and session, for ``ttl_s`` seconds."""
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be positive")
+        reference = time.time() if now is None else now
+        principal = plan.request.principal
+        fields = {
+            "action_digest": plan.action_digest,
+            "project": principal.project,
+            "subject": principal.subject,
+            "session": plan.request.session,
+            "expires_at": reference + ttl_s,
+            "nonce": _random.token_hex(16),
+        }
+        return Approval(**fields, mac=self._mac(fields))
+
+    def redeem(self, plan: InvocationPlan, approval: Approval, *, now: float | None = None) -> None:
+        """Check ``approval`` against ``plan`` and mark it used.
+
+        Raises:
+            ApprovalInvalid: forged, for another action, principal or session, expired,
+                or already used. One opaque error for every case.
+        """
+        reference = time.time() if now is None else now
+        principal = plan.request.principal
+        fields = approval.model_dump(exclude={"mac"})
+        ok = hmac.compare_digest(self._mac(fields), approval.mac)
+        ok &= hmac.compare_digest(approval.action_digest, plan.action_digest)
+        ok &= (approval.project, approval.subject) == principal.key
+        ok &= approval.session == plan.request.session
+        ok &= approval.expires_at > reference
+        with self._lock:
+            self._forget_expired(reference)
+            ok &= approval.nonce not in self._used
+            if not ok:
+                raise ApprovalInvalid("the approval is not valid for this action")
+            self._used[approval.nonce] = approval.expires_at
+
+    def _forget_expired(self, reference: float) -> None:
+        expired = [nonce for nonce, until in self._used.items() if until <= reference]
+        for nonce in expired:
+            del self._used[nonce]
+
+    def _mac(self, fields: Mapping[str, Any]) -> str:
+        return hmac.new(self._key, canonical_json(dict(fields)), hashlib.sha256).hexdigest()

@@ -1,0 +1,1 @@
+"""Subcommands of the ``stockade`` CLI, one module each."""
