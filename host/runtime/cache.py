@@ -1,0 +1,267 @@
+"""The compiled-artifact cache (DESIGN §2, §8): compile once, verify before every load.
+
+A serialized wasmtime component is native code: deserializing attacker-controlled bytes
+means running them. So an artifact on disk is loaded only if it carries a valid
+HMAC-SHA256 made with this host's secret key; anything else (missing, truncated,
+tampered, written under another key, for another module, wasmtime version or engine
+configuration) is never deserialized: the module is compiled again and the artifact
+rewritten.
+
+Layout::
+
+    <state_dir>/artifact.key              32 random bytes, mode 0600, created on first use
+    <artifact_dir>/<cache key>.cwasm      MAGIC | HMAC (32 bytes) | serialized component
+
+    cache key = sha256("stockade-artifact-key/1" NUL module sha256 NUL wasmtime version
+                       NUL engine-config hash)                       (hex)
+    HMAC      = HMAC-SHA256(secret key, "stockade-artifact/1" NUL cache key NUL artifact)
+
+Writes are atomic (temporary file in the same directory, fsync, ``os.replace``, fsync of
+the directory); readers therefore see a whole old file or a whole new one. The bytes that
+were verified are the bytes that are deserialized (no second read of the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import stat
+import tempfile
+import threading
+from pathlib import Path
+from typing import Final
+
+import wasmtime
+from wasmtime import component as wc
+
+from host.errors import ComponentRefused
+from host.runtime.models import CacheStats
+
+__all__ = ["KEY_BYTES", "MAGIC", "ArtifactCache", "artifact_key"]
+
+_log = logging.getLogger("stockade.runtime.cache")
+
+MAGIC: Final = b"STOCKADE-ARTIFACT/1\n"
+KEY_BYTES: Final = 32
+_MAC_BYTES = 32
+
+
+def artifact_key(module_sha256: str, wasmtime_version: str, engine_config_hash: str) -> str:
+    """The cache key of a compiled module.
+
+    Args:
+        module_sha256: hex sha256 of the module bytes.
+        wasmtime_version: the wasmtime version that compiles and loads it.
+        engine_config_hash: :func:`host.runtime.engine.engine_config_hash`.
+
+    Returns:
+        64 hex characters; also the artifact's file name stem.
+    """
+    material = "\0".join(
+        ("stockade-artifact-key/1", module_sha256, wasmtime_version, engine_config_hash)
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+class ArtifactCache:
+    """Loads verified artifacts or compiles, for one engine.
+
+    Args:
+        directory: where artifacts live (created 0700 if missing).
+        key_file: the HMAC key file (created 0600 with 32 random bytes if missing).
+        engine: the engine that compiles and deserializes.
+        wasmtime_version: part of every cache key.
+        engine_config_hash: part of every cache key.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        key_file: Path,
+        engine: wasmtime.Engine,
+        *,
+        wasmtime_version: str,
+        engine_config_hash: str,
+    ) -> None:
+        self._dir = directory
+        self._key_file = key_file
+        self._engine = engine
+        self._version = wasmtime_version
+        self._config_hash = engine_config_hash
+        self._secret: bytes | None = None
+        self._lock = threading.Lock()
+        self._compiled = 0
+        self._deserialized = 0
+        self._rejected = 0
+
+    def key(self, module_sha256: str) -> str:
+        """The cache key for a module under this cache's version and configuration."""
+        return artifact_key(module_sha256, self._version, self._config_hash)
+
+    def path(self, module_sha256: str) -> Path:
+        """Where the artifact of a module is (or would be) stored."""
+        return self._dir / f"{self.key(module_sha256)}.cwasm"
+
+    def stats(self, memory_hits: int) -> CacheStats:
+        """The cache's counters (``memory_hits`` is the runtime's own count)."""
+        with self._lock:
+            return CacheStats(
+                compiled=self._compiled,
+                deserialized=self._deserialized,
+                memory_hits=memory_hits,
+                rejected=self._rejected,
+            )
+
+    def load(self, module_sha256: str) -> wc.Component | None:
+        """The verified, deserialized artifact of a module, or None to compile.
+
+        Never raises for a bad artifact: it is counted as rejected and None is returned.
+        """
+        path = self.path(module_sha256)
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._reject(path, f"unreadable: {exc}")
+            return None
+        payload = self._verify(self.key(module_sha256), blob)
+        if payload is None:
+            self._reject(path, "truncated, tampered or written under another key")
+            return None
+        try:
+            component = wc.Component.deserialize(self._engine, payload)
+        except wasmtime.WasmtimeError as exc:
+            self._reject(path, f"refused by wasmtime: {exc}")
+            return None
+        with self._lock:
+            self._deserialized += 1
+        return component
+
+    def compile(self, module: bytes) -> wc.Component:
+        """Compile module bytes (slow; call from a worker thread for big modules).
+
+        Raises:
+            ComponentRefused: wasmtime cannot compile it (invalid component).
+        """
+        try:
+            component = wc.Component(self._engine, module)
+        except wasmtime.WasmtimeError as exc:
+            raise ComponentRefused(f"the component does not compile: {exc}") from exc
+        with self._lock:
+            self._compiled += 1
+        return component
+
+    def store(self, module_sha256: str, component: wc.Component) -> None:
+        """Write a component's artifact atomically, with its HMAC.
+
+        A failure to write is logged, not raised: the cache is an optimisation.
+        """
+        key = self.key(module_sha256)
+        payload = bytes(component.serialize())
+        blob = MAGIC + self._mac(key, payload) + payload
+        try:
+            _atomic_write(self._dir, f"{key}.cwasm", blob)
+        except OSError as exc:
+            _log.warning("could not write compiled artifact %s: %s", key, exc)
+
+    def _verify(self, key: str, blob: bytes) -> bytes | None:
+        head = len(MAGIC) + _MAC_BYTES
+        if len(blob) <= head or not blob.startswith(MAGIC):
+            return None
+        mac = blob[len(MAGIC) : head]
+        payload = blob[head:]
+        if not hmac.compare_digest(mac, self._mac(key, payload)):
+            return None
+        return payload
+
+    def _mac(self, key: str, payload: bytes) -> bytes:
+        mac = hmac.new(self._key(), digestmod=hashlib.sha256)
+        mac.update(b"stockade-artifact/1\0" + key.encode() + b"\0")
+        mac.update(payload)
+        return mac.digest()
+
+    def _reject(self, path: Path, reason: str) -> None:
+        _log.warning("compiled artifact %s rejected (%s); recompiling", path.name, reason)
+        with self._lock:
+            self._rejected += 1
+
+    def _key(self) -> bytes:
+        with self._lock:
+            if self._secret is None:
+                self._secret = _load_or_create_key(self._key_file)
+            return self._secret
+
+
+def _load_or_create_key(path: Path) -> bytes:
+    """The 32-byte HMAC key; created 0600 if missing, replaced if unusable.
+
+    A key of the wrong length, a symlink or another non-regular file, or a key readable
+    by group/others (it may have leaked, and a leaked key lets anyone forge native code
+    for this host) is replaced by a new one: existing artifacts then fail verification
+    and are recompiled.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            key = secrets.token_bytes(KEY_BYTES)
+            with contextlib.suppress(FileExistsError):
+                _create_exclusive(path, key)
+                return key
+            continue  # another process created it first: read theirs
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:  # a symlink: never follow, replace it below
+                raise
+        else:
+            with os.fdopen(fd, "rb") as handle:
+                mode = os.fstat(handle.fileno()).st_mode
+                key = handle.read(KEY_BYTES + 1)
+            if len(key) == KEY_BYTES and stat.S_ISREG(mode) and not mode & 0o077:
+                return key
+        _log.warning("artifact key %s is unusable (length, type or permissions); replacing it", path)
+        key = secrets.token_bytes(KEY_BYTES)
+        _atomic_write(path.parent, path.name, key)
+        return key
+    raise RuntimeError(f"could not create the artifact key {path}")
+
+
+def _create_exclusive(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(path.parent)
+
+
+def _atomic_write(directory: Path, name: str, data: bytes) -> None:
+    """Write ``directory/name`` via a 0600 temporary file, fsync and ``os.replace``."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, directory / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

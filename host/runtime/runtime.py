@@ -1,0 +1,338 @@
+"""The sandbox runtime of one host: engine, ticker, linker, loaded components (DESIGN §2, §8).
+
+Invariants:
+- one Engine (fuel + epoch interruption) and one epoch ticker thread per Runtime; the
+  ticker is joined by :meth:`Runtime.close`;
+- a component is loaded only after its bytes match the pinned sha256, its header says
+  component, and its exports/imports pass :mod:`host.runtime.checks`;
+- compiled code comes from the compiler or from an HMAC-verified artifact, never from
+  unverified bytes (:mod:`host.runtime.cache`); a module is compiled at most once per
+  Runtime;
+- every call gets a fresh store and instance (:mod:`host.runtime.sandbox`). The only
+  things calls share are the read-only engine, linker and compiled components, which
+  wasmtime allows to be used from many threads at once; no lock is held while wasm runs.
+
+Example::
+
+    with Runtime(HostConfig(state_dir=path)) as rt:
+        comp = rt.load(module_bytes, sha256=digest, name="tracker")
+        result = rt.run(comp, tool="tracker.list-issues", input_json='{"repo":"x"}',
+                        limits=limits, egress=DenyAllEgress(),
+                        secret_available=lambda name: False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import final
+
+import wasmtime
+from wasmtime import component as wc
+
+from host.config import HostConfig
+from host.egress.port import EgressPort
+from host.errors import ComponentRefused, DigestMismatch
+from host.runtime._calltype import CallType
+from host.runtime.binary import Census, census, check_header
+from host.runtime.cache import ArtifactCache
+from host.runtime.checks import CALL_EXPORT, check_component
+from host.runtime.engine import EpochTicker, build_engine, engine_config_hash, wasmtime_version
+from host.runtime.imports import build_linker
+from host.runtime.models import CacheStats, ProgressEvent, ProgressStage, SandboxLimits, SandboxResult
+from host.runtime.sandbox import LoadedComponent, execute
+
+__all__ = ["Runtime"]
+
+ProgressCallback = Callable[[ProgressEvent], None]
+_MAX_COMPILE_THREADS = 8
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@final
+class Runtime:
+    """Loads components and runs calls in fresh sandboxes.
+
+    Args:
+        config: the host configuration (state directory, ceilings).
+    """
+
+    def __init__(self, config: HostConfig) -> None:
+        self._config = config
+        self._engine = build_engine()
+        self._linker = build_linker(self._engine)
+        self._cache = ArtifactCache(
+            config.artifact_dir,
+            config.state_dir / "artifact.key",
+            self._engine,
+            wasmtime_version=wasmtime_version(),
+            engine_config_hash=engine_config_hash(),
+        )
+        self._compiled: dict[str, LoadedComponent] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._memory_hits = 0
+        self._closed = False
+        self._ticker = EpochTicker(self._engine)
+        self._ticker.start()
+
+    @property
+    def engine(self) -> wasmtime.Engine:
+        """The runtime's engine (for tools that compile against the same configuration)."""
+        return self._engine
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the epoch ticker (joined) and refuse further loads and calls.
+
+        Calls still running are interrupted at their next epoch check (SANDBOX_TIMEOUT); a
+        call racing with ``close`` past its open check is still bounded by its fuel.
+        Idempotent.
+        """
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+        self._ticker.stop()
+        # Expire every deadline still pending so no in-flight call waits for a tick
+        # that will never come (deadlines are at most ceilings.timeout_ms / 10 + 1 ticks).
+        for _ in range(self._config.ceilings.timeout_ms // 10 + 2):
+            self._engine.increment_epoch()
+
+    def stats(self) -> CacheStats:
+        """Counters of compilation and the artifact cache."""
+        with self._guard:
+            hits = self._memory_hits
+        return self._cache.stats(hits)
+
+    def load(self, module: bytes, *, sha256: str, name: str = "") -> LoadedComponent:
+        """Verify, check and compile (or load from cache) one component.
+
+        Args:
+            module: the module file's bytes (untrusted).
+            sha256: the pinned hex sha256 of ``module``.
+            name: a name for messages and progress.
+
+        Raises:
+            DigestMismatch: the bytes do not hash to ``sha256``.
+            ComponentRefused: not a component, does not compile, wrong ``call`` type or a
+                forbidden import (named in the message and ``details``).
+            RuntimeError: the runtime is closed.
+
+        Returns:
+            the loaded component, for :meth:`run`.
+        """
+        return self._load(name, module, sha256, None)
+
+    def load_many(
+        self,
+        items: Sequence[tuple[str, bytes, str]],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> list[LoadedComponent]:
+        """Load several components, compiling in parallel threads.
+
+        Args:
+            items: ``(name, module bytes, sha256)`` triples.
+            progress: called with a :class:`ProgressEvent` when an item is found cached,
+                starts compiling and finishes compiling. Called from worker threads, one
+                call at a time.
+
+        Raises:
+            DigestMismatch, ComponentRefused: as :meth:`load`, for the first failing item
+                in input order (after every item has finished).
+            RuntimeError: the runtime is closed.
+
+        Returns:
+            the loaded components, in input order.
+        """
+        self._check_open()
+        total = len(items)
+        if total == 0:
+            return []
+        reporter = _Reporter(progress, total)
+        workers = min(total, max(2, os.cpu_count() or 1), _MAX_COMPILE_THREADS)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stockade-compile") as pool:
+            futures = [pool.submit(self._load, n, m, s, reporter) for n, m, s in items]
+        results: list[LoadedComponent] = []
+        for future in futures:
+            results.append(future.result())  # re-raises the first failure in input order
+        return results
+
+    def run(
+        self,
+        component: LoadedComponent,
+        *,
+        tool: str,
+        input_json: str,
+        limits: SandboxLimits,
+        egress: EgressPort,
+        secret_available: Callable[[str], bool],
+        scrub: Callable[[str], str] = lambda s: s,
+    ) -> SandboxResult:
+        """Run one call of ``component`` in a fresh store and instance.
+
+        Safe to call from many threads at once.
+
+        Args:
+            component: from :meth:`load` of this runtime.
+            tool: the tool name passed to the guest's ``call``.
+            input_json: canonical JSON input passed to ``call``.
+            limits: fuel, memory, timeout and log limits of this call.
+            egress: the port that serves the guest's ``http-request`` for this call.
+            secret_available: answers the guest's ``secret-available`` (never a value).
+            scrub: removes staged secret values from trap text, tool errors and the log.
+
+        Raises:
+            SandboxFuelExhausted, SandboxTimeout, SandboxMemory, SandboxTrap: the guest
+                trapped; ``exc.details["usage"]`` holds fuel, wall time and log size.
+            InputInvalid: the guest returned ``invalid-input``.
+            ToolFailed: the guest returned ``failed``.
+            ValueError: limits over the host's ceilings, or a component of another runtime.
+            TypeError: ``tool`` or ``input_json`` is not a str.
+            RuntimeError: the runtime is closed.
+
+        Returns:
+            output, log and usage.
+        """
+        self._check_open()
+        self._check_limits(limits)
+        if not isinstance(tool, str) or not isinstance(input_json, str):
+            raise TypeError("tool and input_json must be str")
+        known = self._compiled.get(component.sha256)
+        if known is None or known.component is not component.component:
+            raise ValueError("the component was not loaded by this runtime")
+        return execute(
+            engine=self._engine,
+            linker=self._linker,
+            loaded=component,
+            tool=tool,
+            input_json=input_json,
+            limits=limits,
+            egress=egress,
+            secret_available=secret_available,
+            scrub=scrub,
+            trap_text_bytes=self._config.ceilings.trap_text_bytes,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+
+    def _check_limits(self, limits: SandboxLimits) -> None:
+        ceilings = self._config.ceilings
+        for name, value, ceiling in (
+            ("fuel", limits.fuel, ceilings.fuel),
+            ("memory_bytes", limits.memory_bytes, ceilings.memory_bytes),
+            ("timeout_ms", limits.timeout_ms, ceilings.timeout_ms),
+            ("max_log_bytes", limits.max_log_bytes, ceilings.max_log_bytes),
+        ):
+            if value > ceiling:
+                raise ValueError(f"limits.{name}={value} exceeds the host ceiling {ceiling}")
+
+    def _load(
+        self, name: str, module: bytes, sha256: str, reporter: _Reporter | None
+    ) -> LoadedComponent:
+        self._check_open()
+        if not isinstance(module, (bytes, bytearray, memoryview)):
+            raise TypeError("module must be bytes")
+        module = bytes(module)
+        digest = hashlib.sha256(module).hexdigest()
+        pinned = sha256.lower() if isinstance(sha256, str) else ""
+        if not _HEX64.fullmatch(pinned) or not hmac.compare_digest(digest, pinned):
+            raise DigestMismatch(
+                f"module {name or '(unnamed)'} does not match its pinned sha256",
+                expected=str(sha256)[:100],
+                actual=digest,
+            )
+        check_header(module)
+        counts = census(module)
+        with self._key_lock(digest):
+            known = self._compiled.get(digest)
+            if known is not None:
+                with self._guard:
+                    self._memory_hits += 1
+                fresh = False
+                loaded = _renamed(known, name)
+            else:
+                loaded, fresh = self._compile_checked(name, module, digest, counts, reporter)
+                self._compiled[digest] = loaded
+        if reporter:
+            reporter.finished(name, "compiled" if fresh else "cached")
+        return loaded
+
+    def _compile_checked(
+        self, name: str, module: bytes, digest: str, counts: Census, reporter: _Reporter | None
+    ) -> tuple[LoadedComponent, bool]:
+        """Deserialize a verified artifact or compile; check; cache. -> (loaded, compiled)."""
+        component = self._cache.load(digest)
+        fresh = component is None
+        if component is None:
+            if reporter:
+                reporter.started(name)
+            component = self._cache.compile(module)
+        shape = check_component(component, self._engine)
+        index = component.get_export_index(CALL_EXPORT)
+        functype = component.type.exports(self._engine)[CALL_EXPORT].ty
+        if index is None or not isinstance(functype, wc.FuncType):  # checked just above
+            raise ComponentRefused("export `call` is not a function")
+        loaded = LoadedComponent(name, digest, component, shape, counts, index, CallType(functype))
+        if fresh:  # only components that passed the checks are written to the cache
+            self._cache.store(digest, component)
+        return loaded, fresh
+
+    def _key_lock(self, digest: str) -> threading.Lock:
+        with self._guard:
+            lock = self._key_locks.get(digest)
+            if lock is None:
+                lock = self._key_locks[digest] = threading.Lock()
+            return lock
+
+
+def _renamed(loaded: LoadedComponent, name: str) -> LoadedComponent:
+    if loaded.name == name:
+        return loaded
+    return dataclasses.replace(loaded, name=name)
+
+
+class _Reporter:
+    """Serializes progress callbacks and counts finished items."""
+
+    __slots__ = ("_callback", "_done", "_lock", "_total")
+
+    def __init__(self, callback: ProgressCallback | None, total: int) -> None:
+        self._callback = callback
+        self._total = total
+        self._done = 0
+        self._lock = threading.Lock()
+
+    def started(self, name: str) -> None:
+        with self._lock:
+            self._emit(ProgressEvent(name, "compiling", self._done, self._total))
+
+    def finished(self, name: str, stage: str) -> None:
+        with self._lock:
+            self._done += 1
+            final_stage: ProgressStage = "compiled" if stage == "compiled" else "cached"
+            self._emit(ProgressEvent(name, final_stage, self._done, self._total))
+
+    def _emit(self, event: ProgressEvent) -> None:
+        if self._callback is not None:
+            self._callback(event)

@@ -1,0 +1,316 @@
+"""One call in a fresh sandbox (DESIGN §8).
+
+Per call: a new ``Store`` and a new instance (never reused), fuel = the manifest's limit,
+an epoch deadline from the timeout (ticks of 10 ms, rounded up, plus one), store limits
+derived from the component's census, WASI with nothing granted (no preopens, no
+environment, no arguments, empty stdin, no network; stdout/stderr into the call log),
+and the host functions bound to this call's :class:`~host.runtime.imports.CallContext`.
+
+Memory aggregated over all memories. wasmtime's store limiter (the only one wasmtime-py
+exposes) caps each linear memory separately. The census counts the memories the
+component defines (``N``); the store may create at most ``N`` memories and each may
+grow to ``memory_bytes // N``, so their sum never exceeds ``memory_bytes``. Every
+componentize-py and componentize-js plugin measured here defines exactly one memory,
+which therefore gets the whole budget.
+
+How SANDBOX_MEMORY is detected. A refused ``memory.grow`` returns -1 to the guest; it
+does not trap, and wasmtime-py offers no callback on refusal (its C API has no
+ResourceLimiter hook; a custom memory creator would mean implementing linear memory,
+guard pages included, in Python, and would lose copy-on-write instantiation). So a
+failure is reported as SANDBOX_MEMORY when it is a trap or abort (not fuel, not the
+deadline) and there is evidence of memory exhaustion in this call: wasmtime's own
+memory-limit errors (an initial memory larger than the limit, more memories than
+allowed), or the allocator-failure message language runtimes print before aborting
+(``MemoryError``, ``out of memory``, ``memory allocation of N bytes failed``) in the trap
+text or anywhere in the call's output, including output dropped past ``max_log_bytes``.
+A guest can fake that message; it only relabels its own crash. A guest that exhausts
+memory silently and then traps is reported as SANDBOX_TRAP; either way the limit held.
+
+Traps are classified in this order: fuel (no fuel left), deadline (epoch interrupt),
+memory (above), everything else SANDBOX_TRAP. Trap text is reordered (cause first, then
+the backtrace), scrubbed and capped at ``trap_text_bytes``. Every error carries
+``details["usage"]`` (a :class:`SandboxUsage` dict) and ``details["log"]``.
+
+``post_return``: wasmtime 50 runs the callee's post-return function inside
+``Func.__call__`` (a second call on the same instance works without it, and a
+post-return counter advances on every call); the explicit ``post_return`` kept here is
+then a no-op and keeps the contract on wasmtime versions where it is not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import wasmtime
+from wasmtime import component as wc
+
+from host.egress.port import EgressPort
+from host.errors import (
+    InputInvalid,
+    SandboxFuelExhausted,
+    SandboxMemory,
+    SandboxTimeout,
+    SandboxTrap,
+    ToolFailed,
+)
+from host.runtime import _compat
+from host.runtime._calltype import CallType
+from host.runtime.binary import Census
+from host.runtime.calllog import CallLog, mentions_oom
+from host.runtime.checks import CALL_EXPORT, ComponentShape
+from host.runtime.engine import deadline_ticks
+from host.runtime.imports import CallContext, activate, deactivate
+from host.runtime.models import LogLine, SandboxLimits, SandboxResult, SandboxUsage
+
+__all__ = ["TABLE_HEADROOM", "LoadedComponent", "execute", "store_limits"]
+
+_compat.apply()
+
+TABLE_HEADROOM: Final = 10_000
+"""Table elements a table may grow beyond the largest initial table of the component."""
+
+_WASMTIME_MEMORY_ERRORS: Final = (
+    "exceeds memory limits",
+    "memory count too high",
+    "allocation too large",
+)
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadedComponent:
+    """A compiled, checked component, ready to run. Immutable; shared by all its calls.
+
+    Args:
+        name: the name given at load (for messages).
+        sha256: hex sha256 of the module bytes.
+        component: the compiled wasmtime component.
+        shape: what the load-time checks learned.
+        census: what instantiation creates (drives the store limits).
+        call_index: the export index of ``call`` (saves a name lookup per call).
+        call_type: the resolved type of ``call`` (saves type queries per call).
+    """
+
+    name: str
+    sha256: str
+    component: wc.Component
+    shape: ComponentShape
+    census: Census
+    call_index: wc.ExportIndex
+    call_type: CallType
+
+    def __repr__(self) -> str:
+        return f"LoadedComponent(name={self.name!r}, sha256={self.sha256[:12]}…)"
+
+
+def store_limits(census: Census, memory_bytes: int) -> dict[str, int]:
+    """``Store.set_limits`` arguments for a component under a memory budget.
+
+    Args:
+        census: the component's counts.
+        memory_bytes: the call's memory limit, summed over all memories.
+
+    Returns:
+        keyword arguments for ``Store.set_limits``.
+    """
+    return {
+        "memory_size": memory_bytes // max(census.memories, 1),
+        "memories": census.memories,
+        "tables": census.tables,
+        "table_elements": census.max_table_elements + TABLE_HEADROOM,
+        "instances": census.instances,
+    }
+
+
+@dataclass(slots=True)
+class _Outcome:
+    value: Any = None
+    failure: BaseException | None = None
+
+
+def execute(
+    *,
+    engine: wasmtime.Engine,
+    linker: wc.Linker,
+    loaded: LoadedComponent,
+    tool: str,
+    input_json: str,
+    limits: SandboxLimits,
+    egress: EgressPort,
+    secret_available: Callable[[str], bool],
+    scrub: Callable[[str], str],
+    trap_text_bytes: int,
+) -> SandboxResult:
+    """Run ``call(tool, input_json)`` in a fresh store and instance.
+
+    Args:
+        engine: the runtime's engine.
+        linker: the runtime's shared linker.
+        loaded: the component.
+        tool: the tool name passed to ``call``.
+        input_json: the canonical JSON input passed to ``call``.
+        limits: the call's limits.
+        egress: the call's egress port.
+        secret_available: whether a secret is staged for this call.
+        scrub: removes staged secret values from text leaving the sandbox.
+        trap_text_bytes: cap on the trap text kept.
+
+    Raises:
+        SandboxFuelExhausted, SandboxTimeout, SandboxMemory, SandboxTrap: the guest
+            trapped (or could not be instantiated); ``details["usage"]`` says what it used.
+        InputInvalid: the guest returned ``invalid-input``.
+        ToolFailed: the guest returned ``failed``.
+
+    Returns:
+        the guest's output, the call log and usage.
+    """
+    log = CallLog(limits.max_log_bytes)
+    context = CallContext(egress, secret_available, log)
+    started = time.perf_counter()
+    store = wasmtime.Store(engine)
+    store.set_fuel(limits.fuel)
+    store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
+    store.set_limits(**store_limits(loaded.census, limits.memory_bytes))
+    if loaded.shape.uses_wasi:
+        store.set_wasi(_wasi_config(log))
+    outcome = _invoke(store, linker, loaded, context, call_args=(tool, input_json))
+    fuel_left = store.get_fuel()
+    del store  # free the instance and its memories now, not when the caller drops an error
+    usage = SandboxUsage(
+        fuel_consumed=limits.fuel - fuel_left,
+        wall_ms=(time.perf_counter() - started) * 1000.0,
+        log_bytes=log.kept_bytes,
+        log_truncated=log.truncated,
+    )
+    if context.fatal is not None:
+        raise context.fatal
+    lines = log.lines(scrub)
+    if outcome.failure is not None:
+        raise _classify(
+            outcome.failure,
+            context,
+            name=loaded.name,
+            limits=limits,
+            details=_details(usage, lines),
+            fuel_left=fuel_left,
+            scrub=scrub,
+            trap_text_bytes=trap_text_bytes,
+        )
+    return _result(outcome.value, usage, lines, scrub)
+
+
+def _wasi_config(log: CallLog) -> wasmtime.WasiConfig:
+    # A default WasiConfig grants nothing: no preopens, no environment, no arguments,
+    # empty stdin, and socket operations are denied (NOTES: verified against a listener).
+    wasi = wasmtime.WasiConfig()
+    wasi.stdout_custom = log.writer("stdout")
+    wasi.stderr_custom = log.writer("stderr")
+    return wasi
+
+
+def _invoke(
+    store: wasmtime.Store,
+    linker: wc.Linker,
+    loaded: LoadedComponent,
+    context: CallContext,
+    *,
+    call_args: tuple[str, str],
+) -> _Outcome:
+    outcome = _Outcome()
+    previous = activate(context)
+    try:
+        instance = linker.instantiate(store, loaded.component)
+        func = instance.get_func(store, loaded.call_index)
+        if func is None:  # checked at load; an instance always has it
+            raise wasmtime.WasmtimeError("the instance has no `call` export")
+        outcome.value = loaded.call_type.bind(func)(store, *call_args)
+        func.post_return(store)
+    except Exception as exc:
+        # Drop the traceback: its frames hold the store, and with it the guest's memory,
+        # for as long as anyone keeps the error.
+        outcome.failure = exc.with_traceback(None)
+    finally:
+        deactivate(previous)
+    return outcome
+
+
+def _result(
+    value: Any, usage: SandboxUsage, lines: tuple[LogLine, ...], scrub: Callable[[str], str]
+) -> SandboxResult:
+    if isinstance(value, str):
+        return SandboxResult(output=value, log=lines, usage=usage)
+    details = _details(usage, lines)
+    if isinstance(value, wc.Variant) and isinstance(value.payload, str):
+        message = scrub(value.payload)
+        if value.tag == "invalid-input":
+            raise InputInvalid(f"the tool refused its input: {message}", **details)
+        if value.tag == "failed":
+            raise ToolFailed(f"the tool failed: {message}", **details)
+    raise SandboxTrap(f"`{CALL_EXPORT}` returned a value outside its type", **details)
+
+
+def _details(usage: SandboxUsage, lines: tuple[LogLine, ...]) -> dict[str, Any]:
+    return {
+        "usage": usage.to_dict(),
+        "log": [{"source": ln.source, "level": ln.level, "text": ln.text} for ln in lines],
+    }
+
+
+def _classify(
+    failure: BaseException,
+    context: CallContext,
+    *,
+    name: str,
+    limits: SandboxLimits,
+    details: dict[str, Any],
+    fuel_left: int,
+    scrub: Callable[[str], str],
+    trap_text_bytes: int,
+) -> SandboxTrap:
+    raw = str(failure) if isinstance(failure, wasmtime.WasmtimeError) else ""
+    cause, text = _trap_text(raw)
+    details["trap"] = _cap_utf8(scrub(text), trap_text_bytes)
+    error: SandboxTrap
+    if not isinstance(failure, wasmtime.WasmtimeError):
+        error = SandboxTrap(f"internal error while running {name!r}", **details)
+    elif context.host_failure is not None:
+        function = context.host_failure[0]
+        error = SandboxTrap(f"host import `{function}` failed while serving the guest", **details)
+    elif fuel_left == 0 or "all fuel consumed" in cause:
+        error = SandboxFuelExhausted(f"the call used all of its {limits.fuel} fuel", **details)
+    elif "wasm trap: interrupt" in cause:
+        error = SandboxTimeout(f"the call ran past its {limits.timeout_ms} ms deadline", **details)
+    elif any(m in cause for m in _WASMTIME_MEMORY_ERRORS) or mentions_oom(raw) or context.log.saw_oom:
+        error = SandboxMemory(
+            f"the call exhausted its {limits.memory_bytes}-byte memory limit: {details['trap']}", **details
+        )
+    elif isinstance(failure, wasmtime.ExitTrap):
+        error = SandboxTrap(f"the guest exited with status {failure.code}", **details)
+    else:
+        error = SandboxTrap(f"the guest trapped: {details['trap']}", **details)
+    if context.host_failure is not None:
+        error.__cause__ = context.host_failure[1]  # for the host's logs; never in the message
+    elif not isinstance(failure, wasmtime.WasmtimeError):
+        error.__cause__ = failure
+    return error
+
+
+def _trap_text(raw: str) -> tuple[str, str]:
+    """(cause, text): the text puts wasmtime's "Caused by" lines before the backtrace."""
+    head, sep, tail = raw.partition("Caused by:")
+    if not sep:
+        return raw, raw.strip()
+    cause = " ".join(line.strip() for line in tail.strip().splitlines() if line.strip())
+    return cause, f"{cause}\n{head.strip()}"
+
+
+def _cap_utf8(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    marker = "…[truncated]"
+    room = max(limit - len(marker.encode()), 0)
+    return data[:room].decode("utf-8", "ignore") + marker

@@ -1,0 +1,87 @@
+"""Engine settings, deadline arithmetic and the epoch ticker's lifetime."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from host.config import HostConfig
+from host.errors import SandboxTimeout
+from host.runtime import Runtime, SandboxLimits
+from host.runtime.engine import ENGINE_SETTINGS, EPOCH_TICK_MS, deadline_ticks, engine_config_hash
+from tests.support import wat
+
+
+def _tickers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "stockade-epoch-ticker"]
+
+
+@pytest.mark.parametrize(
+    ("timeout_ms", "ticks"),
+    [(1, 2), (10, 2), (11, 3), (200, 21), (300_000, 30_001)],
+)
+def test_deadline_never_shorter_than_timeout(timeout_ms: int, ticks: int) -> None:
+    assert deadline_ticks(timeout_ms) == ticks
+    assert (deadline_ticks(timeout_ms) - 1) * EPOCH_TICK_MS >= timeout_ms
+
+
+def test_engine_meters_fuel_and_epochs() -> None:
+    assert ENGINE_SETTINGS["consume_fuel"] is True
+    assert ENGINE_SETTINGS["epoch_interruption"] is True
+    assert ENGINE_SETTINGS["wasm_threads"] is False
+
+
+def test_engine_config_hash_changes_with_any_setting() -> None:
+    base = engine_config_hash()
+    assert base == engine_config_hash(dict(ENGINE_SETTINGS))
+    for name, value in ENGINE_SETTINGS.items():
+        changed = dict(ENGINE_SETTINGS)
+        changed[name] = not value if isinstance(value, bool) else f"{value}-other"
+        assert engine_config_hash(changed) != base, name
+
+
+def test_ticker_thread_stops_on_close(tmp_path: Path) -> None:
+    before = len(_tickers())
+    rt = Runtime(HostConfig(state_dir=tmp_path))
+    assert len(_tickers()) == before + 1
+    rt.close()
+    assert len(_tickers()) == before
+    rt.close()  # idempotent
+
+
+def test_context_manager_closes(tmp_path: Path) -> None:
+    before = len(_tickers())
+    with Runtime(HostConfig(state_dir=tmp_path)) as rt:
+        assert len(_tickers()) == before + 1
+    assert len(_tickers()) == before
+    with pytest.raises(RuntimeError, match="closed"):
+        wat.run_module(rt, wat.echo_component())
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.load_many([("echo", wat.echo_component(), wat.sha256(wat.echo_component()))])
+
+
+def test_close_interrupts_calls_in_flight(tmp_path: Path) -> None:
+    rt = Runtime(HostConfig(state_dir=tmp_path))
+    loaded = rt.load(wat.loop_component(), sha256=wat.sha256(wat.loop_component()))
+    limits = SandboxLimits(fuel=20_000_000_000, memory_bytes=1 << 20, timeout_ms=300_000, max_log_bytes=10)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            rt.run(loaded, tool="t", input_json="{}", limits=limits, egress=wat.DenyAllEgress(),
+                   secret_available=lambda n: False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    rt.close()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert time.monotonic() - started < 10
+    assert len(errors) == 1 and isinstance(errors[0], SandboxTimeout)
