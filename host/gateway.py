@@ -42,7 +42,7 @@ from typing import Any
 
 from host.adapters.schemas import ToolFormat, tool_schemas
 from host.audit import AuditLog, redact_params
-from host.canonical import canonical_json, parse_json
+from host.canonical import parse_json
 from host.config import HostConfig
 from host.egress.policy import EgressPolicy, Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
@@ -240,7 +240,9 @@ class Host:
             if not isinstance(audit, AuditLog):
                 log.close()
             raise
-        store = tool_policy or ToolPolicyStore(config.state_dir / "tool-policy", admin_dir=config.admin_policy_dir)
+        store = tool_policy or ToolPolicyStore(
+            config.state_dir / "tool-policy", admin_dir=config.admin_policy_dir
+        )
         return cls(
             config=config,
             registry=registry,
@@ -317,7 +319,7 @@ class Host:
             return self._refused(plan.request, exc, digest=plan.action_digest)
         return self._run(current)
 
-    def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:  # noqa: A002 - DESIGN §11 name
+    def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
         """Model-facing tool schemas from the registry (``openai``, ``anthropic`` or ``mcp``)."""
         return tool_schemas(self.registry, format)
 
@@ -350,7 +352,7 @@ class Host:
             staged = self._stage_secrets(plan, tool)
             redactor = self._redactor(tool, staged)
             if str(getattr(tool.effect, "value", tool.effect)) != "read":
-                self._audit.append("call.intent", self._record(plan, tool))
+                self._audit.append("call.intent", self._record(plan, tool, redactor))
             egress = self._egress(tool, staged, redactor, started)
             holder.append(egress)
             limits = self._limits(tool)
@@ -366,15 +368,34 @@ class Host:
             output = self._output(tool, result.output, redactor)
         except StockadeError as exc:
             usage = self._usage(started, egress, exc.details.get("usage"))
-            return self._refused(plan.request, exc, digest=plan.action_digest, usage=usage, plan=plan, tool=tool, redactor=redactor)
+            return self._refused(
+                plan.request,
+                exc,
+                digest=plan.action_digest,
+                usage=usage,
+                plan=plan,
+                tool=tool,
+                redactor=redactor,
+            )
         usage = self._usage(started, egress, {"fuel_consumed": result.usage.fuel_consumed})
-        record = self._record(plan, tool) | {"ok": True, "usage": usage.to_dict(), "http": self._http_records(egress)}
+        record = self._record(plan, tool, redactor) | {
+            "ok": True,
+            "usage": usage.to_dict(),
+            "http": self._http_records(egress),
+        }
         try:
             audit_id = self._audit.append("call.outcome", record)
         except StockadeError as exc:
             return self._result_from_error(exc, usage=usage, digest=plan.action_digest)
         log_text = redactor.text(_log_text(result.log))
-        return CallResult(ok=True, output=output, audit_id=audit_id, usage=usage, log=log_text, action_digest=plan.action_digest)
+        return CallResult(
+            ok=True,
+            output=output,
+            audit_id=audit_id,
+            usage=usage,
+            log=log_text,
+            action_digest=plan.action_digest,
+        )
 
     def _stage_secrets(self, plan: InvocationPlan, tool: ToolDefinition) -> dict[str, SecretValue]:
         http = tool.package.http
@@ -440,13 +461,11 @@ class Host:
                 f"{tool.name} returned output outside its schema: {redactor.text(exc.message)}",
                 pointer=exc.details.get("pointer"),
             ) from exc
-        scrubbed = redactor.json_value(value)
-        canonical_json(scrubbed)  # still canonical-able after redaction
-        return scrubbed
+        return redactor.json_value(value)
 
     # -- records and results ----------------------------------------------------------------
 
-    def _record(self, plan: InvocationPlan, tool: ToolDefinition) -> dict[str, Any]:
+    def _record(self, plan: InvocationPlan, tool: ToolDefinition, redactor: Redactor) -> dict[str, Any]:
         principal = plan.request.principal
         return {
             "action_digest": plan.action_digest,
@@ -457,7 +476,7 @@ class Host:
             "version": tool.version,
             "generation": tool.binding.generation,
             "effect": str(getattr(tool.effect, "value", tool.effect)),
-            "input": redact_params(plan.request.input, tool.sensitive_params),
+            "input": redactor.json_value(redact_params(plan.request.input, tool.sensitive_params)),
             "fence": [plan.fence.policy_version, plan.fence.role_binding_version],
         }
 
@@ -473,9 +492,12 @@ class Host:
         redactor: Redactor | None = None,
     ) -> CallResult:
         scrub = redactor or Redactor(())
-        record: dict[str, Any] = {"ok": False, "error": {"code": exc.code, "message": scrub.text(exc.message)}}
+        record: dict[str, Any] = {
+            "ok": False,
+            "error": {"code": exc.code, "message": scrub.text(exc.message)},
+        }
         if plan is not None and tool is not None:
-            record |= self._record(plan, tool)
+            record |= self._record(plan, tool, scrub)
         else:
             record |= _envelope_summary(request)
         if digest:
@@ -506,7 +528,9 @@ class Host:
             hint=exc.hint,
             details=scrub.json_value(details),  # type: ignore[arg-type]  # json_value keeps the mapping shape
         )
-        return CallResult(ok=False, error=error, audit_id=audit_id, usage=usage or Usage(), action_digest=digest)
+        return CallResult(
+            ok=False, error=error, audit_id=audit_id, usage=usage or Usage(), action_digest=digest
+        )
 
     @staticmethod
     def _http_records(egress: EgressPort) -> list[dict[str, Any]]:

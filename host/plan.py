@@ -146,9 +146,7 @@ def _validate_envelope(raw: object) -> CallRequest:
             return raw
         return CallRequest.model_validate(raw, strict=False)
     except ValidationError as exc:
-        problems = [
-            {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()
-        ]
+        problems = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()]
         raise RequestInvalid("call envelope is invalid", problems=problems) from exc
 
 
@@ -250,9 +248,7 @@ def service_of(tool_name: str) -> str:
     return tool_name.split(".", 1)[0]
 
 
-def _authorize(
-    engine: PolicyEngine, principal: Principal, tool: ToolDefinition
-) -> tuple[Effect, Fence]:
+def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Effect, Fence]:
     decisions: list[Decision] = []
     for permission in required_permissions(tool):
         try:

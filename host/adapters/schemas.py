@@ -35,7 +35,7 @@ class _Tool(Protocol):
     def input_schema(self) -> Any: ...
 
 
-def model_name(tool: _Tool, *, versioned: bool, format: ToolFormat) -> str:  # noqa: A002
+def model_name(tool: _Tool, *, versioned: bool, format: ToolFormat) -> str:
     """The name a model sees for ``tool`` in ``format``."""
     if format == "mcp":
         return f"{tool.name}@{tool.version}" if versioned else tool.name
@@ -47,13 +47,13 @@ def model_name(tool: _Tool, *, versioned: bool, format: ToolFormat) -> str:  # n
     return name
 
 
-def _names(tools: Iterable[_Tool], format: ToolFormat) -> dict[str, _Tool]:  # noqa: A002
+def _names(tools: Iterable[_Tool], format: ToolFormat) -> dict[str, _Tool]:
     tools = list(tools)
     counts = Counter(t.name for t in tools)
     return {model_name(t, versioned=counts[t.name] > 1, format=format): t for t in tools}
 
 
-def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str, Any]]:  # noqa: A002
+def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str, Any]]:
     """Schemas for ``format`` in registry order.
 
     Raises:
@@ -66,7 +66,10 @@ def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str
         schema = dict(tool.input_schema)
         if format == "openai":
             out.append(
-                {"type": "function", "function": {"name": name, "description": tool.description, "parameters": schema}}
+                {
+                    "type": "function",
+                    "function": {"name": name, "description": tool.description, "parameters": schema},
+                }
             )
         elif format == "anthropic":
             out.append({"name": name, "description": tool.description, "input_schema": schema})
@@ -75,7 +78,7 @@ def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str
     return out
 
 
-def resolve_model_name(registry: Iterable[_Tool], format: ToolFormat, name: str) -> tuple[str, str]:  # noqa: A002
+def resolve_model_name(registry: Iterable[_Tool], format: ToolFormat, name: str) -> tuple[str, str]:
     """Map a model-facing name back to the exact (tool, version).
 
     Raises:

@@ -50,9 +50,20 @@ def echo_tool(**overrides: Any) -> dict[str, Any]:
 def echo_manifest(tools: Sequence[dict[str, Any]], module: bytes, **overrides: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "package": {"name": "echo", "version": "1.0.0", "description": "Echo.", "homepage": None},
-        "limits": {"fuel": 50_000_000, "memory_bytes": 16 << 20, "timeout_ms": 5_000,
-                   "max_http_requests": 4, "max_log_bytes": 4096},
-        "http": {"allow": [], "credentials": [], "max_request_bytes": 1024, "max_response_bytes": 1024, "timeout_ms": 1000},
+        "limits": {
+            "fuel": 50_000_000,
+            "memory_bytes": 16 << 20,
+            "timeout_ms": 5_000,
+            "max_http_requests": 4,
+            "max_log_bytes": 4096,
+        },
+        "http": {
+            "allow": [],
+            "credentials": [],
+            "max_request_bytes": 1024,
+            "max_response_bytes": 1024,
+            "timeout_ms": 1000,
+        },
         "tools": list(tools),
     }
     fields.update(overrides)
@@ -104,5 +115,6 @@ def make_host(
     policy = write_policy(root / "policy.json", allow=allow, ask=ask)
     audit_path = root / "audit.log"
     open_kwargs.setdefault("config", HostConfig(state_dir=root / "state"))
-    host = Host.open(lock, secrets=None, policy=policy, audit=audit or audit_path, **open_kwargs)
+    open_kwargs.setdefault("secrets", None)
+    host = Host.open(lock, policy=policy, audit=audit or audit_path, **open_kwargs)
     return HostFixture(host, root, policy, audit_path, lock)

@@ -1,0 +1,537 @@
+"""The one call pipeline (DESIGN §6, §7), end to end on real components, files and policy.
+
+Tests are named after what they defend against. Guest starts are counted by wrapping
+the runtime's ``run`` so "nothing ran" is proven, not assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import host.plan as plan_module
+from host import CallRequest, Host, HostConfig, Principal
+from host.audit import AuditLog, verify
+from host.errors import AuditUnavailable
+from host.plan import Approval, InvocationPlan, Preview
+from host.policy.engine import Decision, Effect, Fence
+from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
+from host.secrets import SecretsStore
+from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
+from tests.support.hosts import ALICE, HostFixture, echo_manifest, echo_tool, make_host
+from tests.support.secrets import make_key
+from tests.support.wat import counter_component, echo_component, loop_component
+
+WRITE_TOOL = echo_tool(name="echo.write", effect="write", risk="medium", permissions=["echo.write"])
+WRITE_PERMS = ("tool.call:echo.write", "echo.write")
+READ_PERMS = ("tool.call:echo.say", "echo.use")
+
+
+class GuestCounter:
+    """Counts guest starts by wrapping the host's runtime."""
+
+    def __init__(self, host: Host) -> None:
+        self.starts = 0
+        runtime = host._runtime
+        original = runtime.run
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.starts += 1
+            return original(*args, **kwargs)
+
+        runtime.run = counting  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def fx(tmp_path: Path) -> Any:
+    fixture = make_host(
+        tmp_path,
+        tools=[echo_tool(), WRITE_TOOL],
+        allow=(*READ_PERMS, *WRITE_PERMS),
+        tool_policy=ToolPolicyStore(tmp_path / "tool-policy", admin_dir=None),
+    )
+    yield fixture
+    fixture.host.close()
+
+
+def audit_records(fx: HostFixture) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in fx.audit_path.read_text().splitlines()]
+
+
+# -- steps 1–6: prepare --------------------------------------------------------------------
+
+
+def test_ready_plan_is_digest_bound_under_one_fence(fx: HostFixture) -> None:
+    plan = fx.host.prepare(fx.request())
+    again = fx.host.prepare(fx.request())
+    other = fx.host.prepare(fx.request(input={"message": "other"}))
+    assert plan.status == "ready"
+    assert plan.action_digest == again.action_digest
+    assert plan.action_digest != other.action_digest
+    assert plan.fence == fx.policy.fence()
+    assert plan.canonical_input == b'{"message":"hi"}'
+
+
+def test_plan_carries_no_authority(fx: HostFixture) -> None:
+    """A plan is pure data: no files, sockets, threads, clocks, callables or handlers."""
+    plan = fx.host.prepare(fx.request())
+    allowed = (
+        str,
+        int,
+        float,
+        bool,
+        bytes,
+        type(None),
+        tuple,
+        list,
+        dict,
+        Fence,
+        Preview,
+        CallRequest,
+        Principal,
+    )
+
+    def walk(value: Any) -> None:
+        assert isinstance(value, allowed), type(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                walk(getattr(value, f.name))
+        elif isinstance(value, (CallRequest, Principal)):
+            for name in type(value).model_fields:
+                walk(getattr(value, name))
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(key)
+                walk(item)
+
+    assert dataclasses.is_dataclass(plan)
+    assert isinstance(plan, InvocationPlan)
+    for f in dataclasses.fields(plan):
+        walk(getattr(plan, f.name))
+
+
+def test_deny_stops_before_input_is_parsed(fx: HostFixture) -> None:
+    fx.policy.revoke_role("p", "alice", "user")
+    seen: list[Any] = []
+
+    def spy(*args: Any, **kwargs: Any) -> bytes:
+        seen.append(args)
+        raise AssertionError("the validator ran before policy denied")
+
+    with pytest.raises(Exception) as info:
+        plan_module.prepare(
+            fx.request(input={"message": 12345, "extra": True}),
+            registry=fx.host.registry,
+            engine=fx.policy,
+            tool_policy=fx.host._tool_policy,
+            grants=fx.host.grants,
+            max_input_bytes=65536,
+            validate_input=spy,
+        )
+    assert getattr(info.value, "code", None) == "POLICY_DENIED"
+    assert seen == []
+    result = fx.host.call(fx.request(input={"message": 12345}))
+    assert result.error is not None and result.error.code == "POLICY_DENIED"
+
+
+def test_invalid_input_refused_after_policy_and_guest_never_starts(fx: HostFixture) -> None:
+    counter = GuestCounter(fx.host)
+    result = fx.host.call(fx.request(input={"message": "x" * 101}))
+    assert not result.ok and result.error is not None
+    assert result.error.code == "INPUT_INVALID"
+    assert result.error.details["pointer"] == "/message"
+    assert counter.starts == 0
+
+
+class _Engine:
+    def __init__(self, decisions: list[Any] | Exception) -> None:
+        self.decisions = decisions
+
+    def authorize(self, principal: Any, project: str, permission: str) -> Any:
+        if isinstance(self.decisions, Exception):
+            raise self.decisions
+        return self.decisions.pop(0)
+
+
+GOOD = Fence(1, 1)
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        _Engine(OSError("store down")),
+        _Engine(["allow", "allow"]),
+        _Engine([Decision(Effect.ALLOW, None), Decision(Effect.ALLOW, None)]),
+        _Engine([Decision(Effect.ALLOW, GOOD), Decision(Effect.ALLOW, Fence(1, 2))]),
+        _Engine([Decision(Effect.ALLOW, Fence(-1, 1)), Decision(Effect.ALLOW, Fence(-1, 1))]),
+    ],
+    ids=["store-error", "malformed-decision", "missing-fence", "mixed-fences", "malformed-fence"],
+)
+def test_policy_failures_fail_closed(fx: HostFixture, engine: _Engine) -> None:
+    counter = GuestCounter(fx.host)
+    fx.host._policy = engine  # the port, swapped for a failing implementation
+    result = fx.host.call(fx.request())
+    assert result.error is not None and result.error.code == "POLICY_UNAVAILABLE"
+    assert counter.starts == 0
+
+
+def test_expired_principal_refused(fx: HostFixture) -> None:
+    expired = Principal(project="p", subject="alice", expires_at=1.0)
+    result = fx.host.call(fx.request(principal=expired))
+    assert result.error is not None and result.error.code == "REQUEST_INVALID"
+
+
+def test_extra_envelope_fields_refused(fx: HostFixture) -> None:
+    envelope = fx.request().model_dump() | {"sudo": True}
+    result = fx.host.call(envelope)
+    assert result.error is not None and result.error.code == "REQUEST_INVALID"
+    with pytest.raises(Exception, match="REQUEST_INVALID"):
+        CallRequest.from_json(json.dumps(envelope))
+
+
+def test_unknown_version_is_not_resolved_to_another(fx: HostFixture) -> None:
+    for version in ("1.0", "latest", "1.0.1", "*"):
+        result = fx.host.call(fx.request(version=version))
+        assert result.error is not None and result.error.code == "TOOL_NOT_FOUND", version
+
+
+# -- layered tool policy and grants ----------------------------------------------------------
+
+
+def test_write_tool_asks_by_class_default(fx: HostFixture) -> None:
+    counter = GuestCounter(fx.host)
+    result = fx.host.call(fx.request(tool="echo.write"))
+    assert result.error is not None and result.error.code == "APPROVAL_REQUIRED"
+    assert result.error.details["action_digest"] == result.action_digest
+    assert counter.starts == 0
+
+
+def test_file_engine_ask_requires_approval_even_for_read(tmp_path: Path) -> None:
+    fx = make_host(tmp_path, allow=(), ask=READ_PERMS)
+    with fx.host:
+        plan = fx.host.prepare(fx.request())
+        assert plan.status == "approval_required"
+        assert plan.preview.action_digest == plan.action_digest
+
+
+def test_always_for_session_then_tighten_to_deny_deny_wins(fx: HostFixture) -> None:
+    counter = GuestCounter(fx.host)
+    fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+    assert fx.host.call(fx.request(tool="echo.write")).ok
+    assert counter.starts == 1
+    fx.host._tool_policy.set("alice", "p", ToolSelector("echo.write"), ToolMode.DISABLED)
+    result = fx.host.call(fx.request(tool="echo.write"))
+    assert result.error is not None and result.error.code == "POLICY_DENIED"
+    assert counter.starts == 1
+
+
+def test_session_grant_does_not_cross_sessions_or_principals(fx: HostFixture) -> None:
+    fx.host.grants.grant(ALICE.key, "A", "echo.write")
+    assert fx.host.call(fx.request(tool="echo.write", session="A")).ok
+    other_session = fx.host.call(fx.request(tool="echo.write", session="B"))
+    assert other_session.error is not None and other_session.error.code == "APPROVAL_REQUIRED"
+    fx.policy.grant_role("p", "bob", "user")
+    bob = fx.host.call(
+        fx.request(tool="echo.write", session="A", principal=Principal(project="p", subject="bob"))
+    )
+    assert bob.error is not None and bob.error.code == "APPROVAL_REQUIRED"
+
+
+def test_managed_cap_beats_user_allow(tmp_path: Path) -> None:
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    (admin / "cap.json").write_text(
+        json.dumps(
+            {"format": "stockade.toolcap/1", "rules": [{"selector": {"service": "echo"}, "max": "disabled"}]}
+        )
+    )
+    store = ToolPolicyStore(tmp_path / "tool-policy", admin_dir=admin)
+    store.set("alice", "p", ServiceSelector("echo"), ToolMode.ALLOW)
+    fx = make_host(tmp_path, tool_policy=store)
+    with fx.host:
+        result = fx.host.call(fx.request())
+    assert result.error is not None and result.error.code == "POLICY_DENIED"
+
+
+# -- approvals ------------------------------------------------------------------------------
+
+
+def test_approved_write_runs_once_and_replay_is_refused(fx: HostFixture) -> None:
+    counter = GuestCounter(fx.host)
+    plan = fx.host.prepare(fx.request(tool="echo.write"))
+    approval = fx.host.approve(plan)
+    assert fx.host.execute(plan, approval).ok
+    replay = fx.host.execute(plan, approval)
+    assert replay.error is not None and replay.error.code == "APPROVAL_INVALID"
+    assert counter.starts == 1
+
+
+def test_approval_in_envelope_is_honoured_once(fx: HostFixture) -> None:
+    plan = fx.host.prepare(fx.request(tool="echo.write"))
+    approval = fx.host.approve(plan)
+    assert fx.host.call(fx.request(tool="echo.write", approval=approval)).ok
+    again = fx.host.call(fx.request(tool="echo.write", approval=approval))
+    assert again.error is not None and again.error.code == "APPROVAL_INVALID"
+
+
+@pytest.mark.parametrize("change", ["input", "session", "principal", "forged-digest", "expired"])
+def test_approval_for_another_action_refused(fx: HostFixture, change: str) -> None:
+    plan = fx.host.prepare(fx.request(tool="echo.write"))
+    approval = fx.host.approve(plan)
+    counter = GuestCounter(fx.host)
+    if change == "input":
+        target = fx.host.prepare(fx.request(tool="echo.write", input={"message": "rm -rf"}))
+    elif change == "session":
+        target = fx.host.prepare(fx.request(tool="echo.write", session="s2"))
+    elif change == "principal":
+        fx.policy.grant_role("p", "bob", "user")
+        target = fx.host.prepare(
+            fx.request(tool="echo.write", principal=Principal(project="p", subject="bob"))
+        )
+    elif change == "forged-digest":
+        target = fx.host.prepare(fx.request(tool="echo.write", input={"message": "other"}))
+        approval = Approval(**(approval.model_dump() | {"action_digest": target.action_digest}))
+    else:
+        target = plan
+        approval = fx.host._approvals.issue(plan, ttl_s=1, now=0.0)
+    result = fx.host.execute(target, approval)
+    assert result.error is not None and result.error.code == "APPROVAL_INVALID"
+    assert counter.starts == 0
+
+
+def test_approval_from_another_lock_generation_refused(tmp_path: Path) -> None:
+    fx = make_host(tmp_path, tools=[WRITE_TOOL], allow=WRITE_PERMS)
+    plan = fx.host.prepare(fx.request(tool="echo.write"))
+    approval = fx.host.approve(plan)
+    fx.host.close()
+    previous = lock_digest(fx.lock_path)
+    bundle = tmp_path / "bundles" / "echo"
+    write_lock(fx.lock_path, [lock_entry(tmp_path, bundle)], generation=2, previous=previous)
+    host2 = Host.open(
+        fx.lock_path,
+        config=HostConfig(state_dir=tmp_path / "state"),
+        secrets=None,
+        policy=fx.policy,
+        audit=tmp_path / "audit.log",
+    )
+    with host2:
+        plan2 = host2.prepare(fx.request(tool="echo.write"))
+        assert plan2.action_digest != plan.action_digest
+        result = host2.execute(plan2, approval)
+    assert result.error is not None and result.error.code == "APPROVAL_INVALID"
+
+
+def test_revoke_between_prepare_and_execute_denies(fx: HostFixture) -> None:
+    counter = GuestCounter(fx.host)
+    plan = fx.host.prepare(fx.request())
+    fx.policy.revoke_role("p", "alice", "user")
+    result = fx.host.execute(plan)
+    assert result.error is not None and result.error.code == "POLICY_DENIED"
+    assert counter.starts == 0
+
+
+# -- steps 7–11 ------------------------------------------------------------------------------
+
+
+def test_rate_limit_per_principal_and_tool(tmp_path: Path) -> None:
+    fx = make_host(tmp_path, tools=[echo_tool(rate_limit={"per_minute": 2, "per_hour": 10})])
+    with fx.host:
+        assert fx.host.call(fx.request()).ok
+        assert fx.host.call(fx.request()).ok
+        third = fx.host.call(fx.request())
+    assert third.error is not None and third.error.code == "RATE_LIMITED"
+    assert third.error.details["retry_after_s"] > 0
+
+
+def test_required_secret_missing_guest_never_starts(tmp_path: Path) -> None:
+    http = {
+        "allow": [
+            {
+                "scheme": "https",
+                "host": "api.echo.example",
+                "port": None,
+                "path_prefix": "/v1",
+                "methods": ["GET"],
+            }
+        ],
+        "credentials": [
+            {
+                "secret": "echo_token",
+                "location": {"type": "bearer"},
+                "hosts": ["api.echo.example"],
+                "path_prefixes": ["/v1"],
+                "optional": False,
+            }
+        ],
+        "max_request_bytes": 1024,
+        "max_response_bytes": 1024,
+        "timeout_ms": 1000,
+    }
+    fx = make_host(tmp_path, manifest_overrides={"http": http})
+    counter = GuestCounter(fx.host)
+    with fx.host:
+        result = fx.host.call(fx.request())
+    assert result.error is not None and result.error.code == "CREDENTIAL_UNAVAILABLE"
+    assert result.error.details["secret"] == "echo_token"
+    assert counter.starts == 0
+
+
+def test_staged_secret_is_scrubbed_from_output_and_audit(tmp_path: Path) -> None:
+    secret = "s3cr3t-value-4242"
+    http = {
+        "allow": [
+            {
+                "scheme": "https",
+                "host": "api.echo.example",
+                "port": None,
+                "path_prefix": "/v1",
+                "methods": ["GET"],
+            }
+        ],
+        "credentials": [
+            {
+                "secret": "echo_token",
+                "location": {"type": "bearer"},
+                "hosts": ["api.echo.example"],
+                "path_prefixes": ["/v1"],
+                "optional": False,
+            }
+        ],
+        "max_request_bytes": 1024,
+        "max_response_bytes": 1024,
+        "timeout_ms": 1000,
+    }
+    store = SecretsStore(tmp_path / "secrets.json", make_key())
+    store.set("p", "alice", "echo_token", secret)
+    fx = make_host(tmp_path, manifest_overrides={"http": http}, secrets=store)
+    with fx.host:
+        result = fx.host.call(fx.request(input={"message": f"token={secret}"}))
+    assert result.ok, result.error
+    assert result.output == {"message": "token=[REDACTED]"}
+    assert secret not in fx.audit_path.read_text()
+
+
+def test_output_outside_schema_is_refused(tmp_path: Path) -> None:
+    fx = make_host(tmp_path, tools=[echo_tool(output_schema=None)])
+    with fx.host:
+        result = fx.host.call(fx.request())
+    assert result.error is not None and result.error.code == "OUTPUT_INVALID"
+
+
+def test_fresh_instance_per_call(tmp_path: Path) -> None:
+    fx = make_host(
+        tmp_path,
+        module=counter_component(),
+        tools=[echo_tool(output_schema={"type": "integer", "minimum": 0, "maximum": 100})],
+    )
+    with fx.host:
+        outputs = [fx.host.call(fx.request()).output for _ in range(3)]
+    assert outputs == [1, 1, 1]
+
+
+def test_runaway_guest_contained_and_audited_with_usage(tmp_path: Path) -> None:
+    fx = make_host(tmp_path, module=loop_component())
+    with fx.host:
+        result = fx.host.call(fx.request())
+    assert result.error is not None and result.error.code == "SANDBOX_FUEL_EXHAUSTED"
+    outcome = audit_records(fx)[-1]
+    assert outcome["kind"] == "call.outcome" and outcome["ok"] is False
+    assert outcome["error"]["code"] == "SANDBOX_FUEL_EXHAUSTED"
+    assert outcome["usage"]["fuel"] > 40_000_000
+
+
+class _FailingIntentLog(AuditLog):
+    def append(self, kind: str, payload: Any) -> str:
+        if kind == "call.intent":
+            raise AuditUnavailable("disk full")
+        return super().append(kind, payload)
+
+
+def test_audit_failure_refuses_write_and_runs_nothing(tmp_path: Path) -> None:
+    log = _FailingIntentLog(tmp_path / "audit.log")
+    fx = make_host(tmp_path, tools=[WRITE_TOOL], allow=WRITE_PERMS, audit=log)
+    counter = GuestCounter(fx.host)
+    with fx.host:
+        fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+        result = fx.host.call(fx.request(tool="echo.write"))
+    log.close()
+    assert result.error is not None and result.error.code == "AUDIT_UNAVAILABLE"
+    assert counter.starts == 0
+
+
+def test_every_call_audited_under_concurrency_and_chain_verifies(fx: HostFixture) -> None:
+    threads, per_thread = 8, 500
+    failures: list[Any] = []
+
+    def work(n: int) -> None:
+        for i in range(per_thread):
+            message = f"t{n}-{i}"
+            result = fx.host.call(fx.request(input={"message": message}))
+            if not result.ok or result.output != {"message": message}:
+                failures.append(result)
+
+    pool = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert failures == []
+    report = verify(fx.audit_path)
+    assert report.ok, report.reason
+    outcomes = [r for r in audit_records(fx) if r["kind"] == "call.outcome"]
+    assert len(outcomes) == threads * per_thread
+    assert {r["input"]["message"] for r in outcomes} == {
+        f"t{n}-{i}" for n in range(threads) for i in range(per_thread)
+    }
+
+
+def test_acall_runs_the_same_pipeline(fx: HostFixture) -> None:
+    result = asyncio.run(fx.host.acall(fx.request()))
+    assert result.ok and result.output == {"message": "hi"}
+    denied = asyncio.run(fx.host.acall(fx.request(tool="echo.write")))
+    assert denied.error is not None and denied.error.code == "APPROVAL_REQUIRED"
+
+
+@pytest.mark.parametrize(
+    "fmt,key", [("openai", "function"), ("anthropic", "input_schema"), ("mcp", "inputSchema")]
+)
+def test_model_facing_schemas(fx: HostFixture, fmt: str, key: str) -> None:
+    schemas = fx.host.tools(format=fmt)  # type: ignore[arg-type]
+    assert len(schemas) == 2
+    assert all(key in s for s in schemas)
+    names = json.dumps(schemas)
+    assert ("echo__say" in names) if fmt != "mcp" else ("echo.say" in names)
+
+
+def test_closed_host_refuses_use(tmp_path: Path) -> None:
+    fx = make_host(tmp_path)
+    fx.host.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        fx.host.call(fx.request())
+
+
+def test_lock_with_unexpected_module_refused_before_registry(tmp_path: Path) -> None:
+    module = echo_component()
+    manifest = echo_manifest([echo_tool()], module)
+    bundle = write_bundle(tmp_path / "bundles" / "echo", manifest, module)
+    lock = write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])
+    (bundle / "module.wasm").write_bytes(module + b"\x00")
+    with pytest.raises(Exception) as info:
+        Host.open(
+            lock,
+            config=HostConfig(state_dir=tmp_path / "state"),
+            secrets=None,
+            policy=_Engine([]),
+            audit=tmp_path / "audit.log",
+        )
+    assert getattr(info.value, "code", None) == "DIGEST_MISMATCH"
+    assert not (tmp_path / "state" / "lock-state.json").exists()
