@@ -2,11 +2,13 @@
 
 One JSON object per line, each the RFC 8785 canonical JSON of::
 
-    {"seq": 7, "time": 1732881234.5, "prev": "<hash of record 6>", "kind": "call.outcome",
+    {"seq": 7, "time": 1732881234512, "prev": "<hash of record 6>", "kind": "call.outcome",
      ...payload..., "hash": "<sha256 of this record's canonical JSON without 'hash'>"}
 
 Invariants:
 
+- ``time`` is wall-clock Unix time in integer milliseconds (integers keep every record
+  on the fast canonical-JSON path; payloads should avoid floats for the same reason).
 - ``seq`` starts at 1 and grows by one; the first record's ``prev`` is 64 zeros;
   ``hash`` is the lower-case hex SHA-256 of the canonical JSON of the record without
   ``hash``; each line is exactly the canonical JSON of its record plus ``"\\n"``.
@@ -120,8 +122,8 @@ def _check_line(line: bytes) -> dict[str, Any]:
     seq, stamp, prev, kind, digest = (record[k] for k in ("seq", "time", "prev", "kind", "hash"))
     if type(seq) is not int or seq < 1:
         raise _Broken("seq is not a positive integer")
-    if type(stamp) not in (int, float):
-        raise _Broken("time is not a number")
+    if type(stamp) is not int or stamp < 0:
+        raise _Broken("time is not a non-negative integer (Unix ms)")
     if not isinstance(kind, str) or not kind:
         raise _Broken("kind is not a non-empty string")
     for name, value in (("prev", prev), ("hash", digest)):
@@ -296,8 +298,9 @@ class AuditLog:
                 raise AuditUnavailable("the audit log is closed")
             if self._broken:
                 raise AuditUnavailable("an earlier audit write failed and could not be undone; reopen it")
+            stamp = int(self._clock() * 1000)
             record: dict[str, Any] = {
-                **payload, "seq": self._seq + 1, "time": self._clock(), "prev": self._prev, "kind": kind
+                **payload, "seq": self._seq + 1, "time": stamp, "prev": self._prev, "kind": kind
             }
             line = self._encode(record)
             self._write_durably(fd, line)

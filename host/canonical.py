@@ -87,6 +87,8 @@ _MAX_INT_DIGITS: Final = len(str(MAX_SAFE_INTEGER))
 """Longer digit strings are out of range; refusing them unparsed avoids slow int()."""
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_HIGH_KEY: Final = re.compile("[\ue000-\U0010ffff]")
+"""Key characters whose UTF-16 order differs from code-point order against supplementary ones."""
 
 # A path is a linked list (parent, token) so the walk never copies a path per node.
 _Path: TypeAlias = "tuple[_Path, str | int] | None"
@@ -155,12 +157,18 @@ def _check_scalar(node: object, path: _Path) -> None:
         raise _refuse("unsupported-type", f"{type(node).__name__} is not a JSON type", path)
 
 
-def _check_value(value: object, *, max_depth: int) -> None:
+def _check_value(value: object, *, max_depth: int) -> bool:
     """Walk ``value`` without recursion and raise on the first non-canonical part.
+
+    Returns:
+        True when the value holds no float and no object key with a character at or
+        above U+E000: then the standard library's sorted, compact JSON is byte-for-byte
+        the RFC 8785 form (see :func:`canonical_json`).
 
     Raises:
         InputInvalid: with ``pointer`` and ``rule`` (see the module docstring).
     """
+    simple = True
     stack: list[tuple[object, _Path, int]] = [(value, None, 0)]
     while stack:
         node, path, depth = stack.pop()
@@ -177,11 +185,63 @@ def _check_value(value: object, *, max_depth: int) -> None:
                     raise _refuse("key-type", f"object key of type {type(key).__name__}", path)
                 if _SURROGATE.search(key):
                     raise _refuse("lone-surrogate", "object key holds a lone surrogate", (path, key))
+                if simple and _HIGH_KEY.search(key):
+                    simple = False
                 children.append((item, (path, key), depth + 1))
             children.reverse()
             stack.extend(children)
         else:
             _check_scalar(node, path)
+            if simple and isinstance(node, float):
+                simple = False
+    return simple
+
+
+class _Fallback(Exception):
+    """Raised by :func:`_scan` when the careful walk must decide (and name the pointer)."""
+
+
+def _scan(node: object, depth: int) -> bool:
+    """The common case, fast: exact JSON types only, recursion bounded by MAX_JSON_DEPTH.
+
+    Returns the same "simple" flag as :func:`_check_value`; raises :class:`_Fallback`
+    for anything unusual (errors, subclasses), which :func:`_check_value` then judges.
+    """
+    if type(node) is str:
+        if not node.isascii() and _SURROGATE.search(node):
+            raise _Fallback
+        return True
+    if type(node) is int:
+        if -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:
+            return True
+        raise _Fallback
+    if node is None or type(node) is bool:
+        return True
+    if type(node) is float:
+        if math.isfinite(node):
+            return False
+        raise _Fallback
+    if depth >= MAX_JSON_DEPTH:
+        raise _Fallback
+    simple = True
+    if type(node) is dict:
+        for key, item in node.items():
+            if type(key) is not str:
+                raise _Fallback
+            if not key.isascii():
+                if _SURROGATE.search(key):
+                    raise _Fallback
+                if _HIGH_KEY.search(key):
+                    simple = False
+            if not _scan(item, depth + 1):
+                simple = False
+        return simple
+    if type(node) is list or type(node) is tuple:
+        for item in node:
+            if not _scan(item, depth + 1):
+                simple = False
+        return simple
+    raise _Fallback
 
 
 def canonical_json(value: object) -> bytes:
@@ -198,7 +258,18 @@ def canonical_json(value: object) -> bytes:
     Returns:
         The canonical UTF-8 bytes.
     """
-    _check_value(value, max_depth=MAX_JSON_DEPTH)
+    try:
+        simple = _scan(value, 0)
+    except _Fallback:
+        simple = _check_value(value, max_depth=MAX_JSON_DEPTH)
+    if simple:
+        # Fast path (C encoder). Without floats, RFC 8785 differs from sorted compact JSON
+        # only in key order, which is UTF-16 code-unit order: equal to code-point order
+        # unless a key holds a character >= U+E000. String escaping is the same as
+        # ECMAScript's (short escapes for \b \t \n \f \r, lower-case \u00xx for other
+        # controls, nothing else escaped with ensure_ascii=False); lone surrogates were
+        # refused above. tests/unit/host/test_canonical.py checks this against rfc8785.
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     try:
         # rfc8785 types its input as a recursive alias; the walk above has checked it.
         return rfc8785.dumps(cast(Any, value))

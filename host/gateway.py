@@ -95,7 +95,7 @@ class Usage:
         """JSON-able form (for audit records)."""
         return {
             "fuel": self.fuel,
-            "duration_ms": round(self.duration_ms, 3),
+            "duration_us": round(self.duration_ms * 1000),
             "http_requests": self.http_requests,
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
@@ -285,12 +285,16 @@ class Host:
         return self._approvals.issue(plan, ttl_s=ttl_s)
 
     def call(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
-        """Prepare and, if allowed, execute one call. Never raises for untrusted input."""
+        """Prepare and, if allowed, execute one call. Never raises for untrusted input.
+
+        The plan is used at once, so policy is not decided twice; an approval carried in
+        the envelope is redeemed exactly as :meth:`execute` would.
+        """
         try:
             plan = self.prepare(request)
         except StockadeError as exc:
             return self._refused(request, exc)
-        return self.execute(plan, plan.request.approval)
+        return self._admit_and_run(plan, plan.request.approval)
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
@@ -307,17 +311,23 @@ class Host:
             current = self.prepare(plan.request)
             if current.action_digest != plan.action_digest:
                 raise ApprovalRequired("the action changed since it was prepared; prepare it again")
-            if current.status == "approval_required":
+        except StockadeError as exc:
+            return self._refused(plan.request, exc, digest=plan.action_digest)
+        return self._admit_and_run(current, approval)
+
+    def _admit_and_run(self, plan: InvocationPlan, approval: Approval | None) -> CallResult:
+        try:
+            if plan.status == "approval_required":
                 if approval is None:
                     raise ApprovalRequired(
                         f"{plan.tool} needs a person's approval",
                         action_digest=plan.action_digest,
                         preview=plan.preview.to_dict(),
                     )
-                self._approvals.redeem(current, approval)
+                self._approvals.redeem(plan, approval)
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
-        return self._run(current)
+        return self._run(plan)
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
         """Model-facing tool schemas from the registry (``openai``, ``anthropic`` or ``mcp``)."""

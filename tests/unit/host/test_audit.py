@@ -44,7 +44,7 @@ def test_records_are_chained_canonical_lines(log_path: Path) -> None:
     assert records[0]["prev"] == GENESIS
     assert records[1]["prev"] == first == records[0]["hash"]
     assert records[1]["hash"] == second
-    assert records[0]["kind"] == "call.intent" and records[0]["time"] == 1_700_000_001.25
+    assert records[0]["kind"] == "call.intent" and records[0]["time"] == 1_700_000_001_250
     for raw, record in zip(log_path.read_bytes().splitlines(), records, strict=True):
         assert raw == canonical_json(record)
         body = {k: v for k, v in record.items() if k != "hash"}

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import rfc8785
 from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from host.canonical import (
     MAX_JSON_DEPTH,
@@ -371,3 +372,35 @@ def test_parse_of_canonical_form_round_trips(value: Any) -> None:
     assert data == rfc8785.dumps(value)
     assert parse_json(data) == value
     assert canonical_json(parse_json(json.dumps(value, indent=1))) == data
+
+
+# -- the fast path must be byte-for-byte RFC 8785 ------------------------------------------
+
+_fast_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",))),
+)
+_fast_keys = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6)
+_fast_values = st.recursive(
+    _fast_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_fast_keys, children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_fast_values)
+def test_fast_path_matches_rfc8785_reference(value: object) -> None:
+    """Keys with characters >= U+E000, astral keys and floats go the slow way; all else must match."""
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"\ue000": 1, "\U0001f600": 2}, {"a": 1.5}, {"\uffff": [1, 2], "\U00010000": None}, [1.0, 2]],
+    ids=["private-use-vs-astral", "float", "bmp-max-vs-astral", "integral-float"],
+)
+def test_slow_path_cases_still_canonical(value: object) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
