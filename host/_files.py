@@ -13,7 +13,7 @@ from pathlib import Path
 
 from host.errors import StockadeError
 
-__all__ = ["atomic_write", "read_regular"]
+__all__ = ["atomic_write", "fsync_dir", "read_regular"]
 
 
 def read_regular(path: Path, limit: int, *, what: str, error: type[StockadeError]) -> bytes:
@@ -74,8 +74,15 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename or a new file in it survives a crash (best effort:
+    not every platform can fsync a directory)."""
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import os
 import secrets as _random
 import stat
@@ -19,6 +18,7 @@ from typing import Final, NoReturn, final
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from host._files import fsync_dir
 from host.errors import SecretsUnavailable
 
 __all__ = ["MASTER_KEY_ENV", "MasterKey", "generate_key_file"]
@@ -195,7 +195,7 @@ def generate_key_file(path: Path) -> MasterKey:
         raise SecretsUnavailable(f"cannot create master key file {path}") from exc
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return MasterKey(material)
 
 
@@ -215,12 +215,3 @@ def _write_temp(target: Path, data: bytes) -> Path:
         tmp.unlink(missing_ok=True)
         raise SecretsUnavailable(f"cannot write in {target.parent}") from exc
     return tmp
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform can fsync a directory
-        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

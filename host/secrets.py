@@ -81,12 +81,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
+from host._files import atomic_write
 from host._masterkey import (
     MASTER_KEY_ENV,
     MasterKey,
-    _fsync_dir,
     _open_regular,
-    _write_temp,
     generate_key_file,
 )
 from host.errors import SecretsUnavailable
@@ -501,13 +500,10 @@ class SecretsStore:
         data = doc.model_dump_json(indent=1).encode("utf-8") + b"\n"
         if len(data) > MAX_FILE_BYTES:
             raise SecretsUnavailable(f"secrets file would exceed {MAX_FILE_BYTES} bytes")
-        tmp = _write_temp(self._path, data)
         try:
-            os.replace(tmp, self._path)
+            atomic_write(self._path, data)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise SecretsUnavailable(f"cannot replace secrets file {self._path}") from exc
-        _fsync_dir(self._path.parent)
 
 
 def _key_of(entry: _Entry) -> tuple[str, str, str]:

@@ -31,7 +31,6 @@ import logging
 import os
 import secrets
 import stat
-import tempfile
 import threading
 from pathlib import Path
 from typing import Final
@@ -39,6 +38,7 @@ from typing import Final
 import wasmtime
 from wasmtime import component as wc
 
+from host._files import atomic_write, fsync_dir
 from host.errors import ComponentRefused
 from host.runtime.models import CacheStats
 
@@ -238,30 +238,10 @@ def _create_exclusive(path: Path, data: bytes) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _atomic_write(directory: Path, name: str, data: bytes) -> None:
-    """Write ``directory/name`` via a 0600 temporary file, fsync and ``os.replace``."""
+    """Write ``directory/name`` atomically and durably (mode 0600), creating the directory."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, directory / name)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    atomic_write(directory / name, data)
