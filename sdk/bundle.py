@@ -17,6 +17,8 @@ Example::
 from __future__ import annotations
 
 import base64
+import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,16 +30,19 @@ from host._files import atomic_write, read_regular
 from host.canonical import canonical_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import DigestMismatch, LockInvalid
-from host.lock import KEYS_FORMAT, MAX_MODULE_BYTES, key_id_for, statement_for
+from host.lock import KEYS_FORMAT, MAX_MODULE_BYTES, TrustedKeys, key_id_for, statement_for
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
 
 __all__ = [
     "Bundle",
+    "add_trusted_key",
     "generate_keypair",
     "load_private_key",
+    "public_key_of",
     "read_bundle",
     "sign_package",
     "write_keys_file",
+    "write_private_key",
 ]
 
 
@@ -166,3 +171,62 @@ def write_keys_file(path: Path, public_keys: Iterable[bytes]) -> None:
         for raw in public_keys
     ]
     atomic_write(Path(path), canonical_json({"format": KEYS_FORMAT, "keys": keys}), mode=0o644)
+
+
+def public_key_of(private_key: bytes | Ed25519PrivateKey) -> bytes:
+    """The raw 32-byte public key of an Ed25519 private key (object, PEM or raw bytes).
+
+    Raises:
+        ValueError: not an unencrypted Ed25519 private key.
+    """
+    key = load_private_key(private_key)
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def write_private_key(path: Path, pem: bytes) -> None:
+    """Create ``path`` with mode 0600 holding ``pem``; never replaces an existing file.
+
+    Raises:
+        FileExistsError: something (even a dangling symlink) is already at ``path``.
+        OSError: the file cannot be created or written.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(pem)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        Path(path).unlink(missing_ok=True)
+        raise
+
+
+def add_trusted_key(path: Path, public_key: bytes) -> bool:
+    """Add a public key to a trusted keys file (``stockade.keys/1``), creating it if missing.
+
+    The existing file is validated first (a malformed file is never rewritten), then
+    replaced atomically with the key appended.
+
+    Args:
+        path: the trusted keys file.
+        public_key: the raw 32-byte Ed25519 public key.
+
+    Raises:
+        LockInvalid: the existing file is unreadable or invalid.
+        ValueError: ``public_key`` is not 32 bytes.
+
+    Returns:
+        ``False`` if the key was already listed (the file is unchanged), else ``True``.
+    """
+    path = Path(path)
+    key_id = key_id_for(public_key)
+    keys: list[dict[str, str]] = []
+    if os.path.lexists(path):
+        data = read_regular(path, 1024 * 1024, what="trusted keys file", error=LockInvalid)
+        if key_id in TrustedKeys.from_json(data):
+            return False
+        keys = list(json.loads(data)["keys"])
+    keys.append({"key_id": key_id, "public_key": base64.b64encode(public_key).decode("ascii")})
+    atomic_write(path, canonical_json({"format": KEYS_FORMAT, "keys": keys}), mode=0o644)
+    return True

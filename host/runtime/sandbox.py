@@ -25,6 +25,8 @@ allowed), or the allocator-failure message language runtimes print before aborti
 text or anywhere in the call's output, including output dropped past ``max_log_bytes``.
 A guest can fake that message; it only relabels its own crash. A guest that exhausts
 memory silently and then traps is reported as SANDBOX_TRAP; either way the limit held.
+The Python guest SDK catches ``MemoryError`` (so the instance ends cleanly) and returns
+``failed`` with exactly :data:`GUEST_OUT_OF_MEMORY`; that answer is SANDBOX_MEMORY too.
 
 Traps are classified in this order: fuel (no fuel left), deadline (epoch interrupt),
 memory (above), everything else SANDBOX_TRAP. Trap text is reordered (cause first, then
@@ -237,6 +239,10 @@ def _invoke(
     return outcome
 
 
+GUEST_OUT_OF_MEMORY = "out of memory (MemoryError)"
+"""The ``failed`` text the guest SDKs return for a caught out-of-memory error."""
+
+
 def _result(
     value: Any, usage: SandboxUsage, lines: tuple[LogLine, ...], scrub: Callable[[str], str]
 ) -> SandboxResult:
@@ -247,6 +253,8 @@ def _result(
         message = scrub(value.payload)
         if value.tag == "invalid-input":
             raise InputInvalid(f"the tool refused its input: {message}", **details)
+        if value.tag == "failed" and value.payload == GUEST_OUT_OF_MEMORY:
+            raise SandboxMemory("the guest ran out of memory within its limit (MemoryError)", **details)
         if value.tag == "failed":
             raise ToolFailed(f"the tool failed: {message}", **details)
     raise SandboxTrap(f"`{CALL_EXPORT}` returned a value outside its type", **details)

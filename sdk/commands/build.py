@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 from sdk.build import build_project
 
 
@@ -35,8 +37,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         result = build_project(args.dir, out_dir=args.out)
     else:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()) as bar:
             task = bar.add_task("building", total=1.0)
 

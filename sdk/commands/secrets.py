@@ -1,23 +1,43 @@
-"""``stockade secrets set|list|delete``: the encrypted secrets store.
+"""``stockade secrets init-key|set|list|delete``: the encrypted secrets store.
 
 Values are read from standard input or a hidden prompt, never from the command line
-(argv is visible to other users through ``ps``). ``list`` shows names and dates only.
-The master key comes from ``STOCKADE_MASTER_KEY`` or ``<state-dir>/master.key``
-(mode 0600); ``secrets init-key`` creates that file.
+(argv is visible to other users through ``ps``), and are never printed. ``list`` shows
+names and dates only. The store is ``<state-dir>/secrets.json``; the master key comes
+from ``STOCKADE_MASTER_KEY`` or ``<state-dir>/master.key`` (mode 0600), which
+``secrets init-key`` creates.
+
+Example::
+
+    stockade secrets init-key
+    printf '%s' "$TOKEN" | stockade secrets set tracker_token --project p --subject alice
+
+Exit codes: 0 ok, 1 refused (store unavailable, no such secret), 2 usage error (a bad
+name or a value that is too short, too long or holds control characters).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from host.secrets import MasterKey, SecretsStore, generate_key_file
-from sdk.commands._common import add_state_dir, state_dir
+from rich.table import Table
+
+from host.errors import SecretsUnavailable
+from host.secrets import MAX_VALUE_BYTES, MIN_VALUE_CHARS, SecretsStore, generate_key_file
+from sdk.commands._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandFailed,
+    UsageFailed,
+    add_state_dir,
+    open_secrets,
+    print_json,
+    state_dir,
+    stdout_console,
+)
 
 
 def register(sub: Any) -> None:
@@ -25,23 +45,22 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "secrets",
         help="manage encrypted secrets",
-        description=(
-            "Manage secrets a package's credential mappings inject at the host boundary. "
-            "Secrets are stored per project and subject; a plugin never sees their values."
-        ),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     inner = parser.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
     init = inner.add_parser("init-key", help="create <state-dir>/master.key (mode 0600)")
     add_state_dir(init)
+    init.add_argument("--json", action="store_true", help="machine-readable output")
     init.set_defaults(func=run_init_key)
     for name, helptext, func in (
-        ("set", "store a secret read from stdin or a hidden prompt", run_set),
+        ("set", "store a secret read from stdin or a hidden prompt (never from argv)", run_set),
         ("list", "list secret names and dates (never values)", run_list),
         ("delete", "delete a secret", run_delete),
     ):
         action = inner.add_parser(name, help=helptext, description=helptext)
         if name != "list":
-            action.add_argument("name", help="secret name, e.g. tracker_token")
+            action.add_argument("name", help="secret name, e.g. tracker_token (^[a-z][a-z0-9_]{0,63}$)")
         action.add_argument("--project", required=True, help="project (scope) of the secret")
         action.add_argument("--subject", required=True, help="subject (principal) of the secret")
         action.add_argument("--json", action="store_true", help="machine-readable output")
@@ -51,64 +70,85 @@ def register(sub: Any) -> None:
 
 def _store(args: argparse.Namespace) -> SecretsStore:
     root = state_dir(args)
-    key = MasterKey.load(env=os.environ, key_file=root / "master.key")
-    return SecretsStore(root / "secrets.json", key)
+    store = open_secrets(root)
+    if store is None:
+        raise SecretsUnavailable(
+            f"no master key: STOCKADE_MASTER_KEY is not set and {root / 'master.key'} does not exist",
+            hint="create one with `stockade secrets init-key` (or set STOCKADE_MASTER_KEY)",
+        )
+    return store
 
 
 def run_init_key(args: argparse.Namespace) -> int:
     """Create a new master key file; refuses to overwrite one."""
     path = state_dir(args) / "master.key"
-    if path.exists():
-        print(f"error: {path} exists; refusing to overwrite a master key", file=sys.stderr)
-        return 1
+    if os.path.lexists(path):
+        raise CommandFailed(
+            "KEY_EXISTS",
+            f"{path} exists; refusing to overwrite a master key",
+            hint="a new key would make every stored secret unreadable; keep the existing one",
+        )
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     generate_key_file(path)
-    print(f"created {path} (mode 0600). Back it up: without it the secrets cannot be read.")
-    return 0
+    if args.json:
+        print_json({"ok": True, "key_file": str(path)})
+    else:
+        print(f"created {path} (mode 0600). Back it up: without it the secrets cannot be read.")
+    return EXIT_OK
 
 
 def _read_value() -> str:
     if sys.stdin.isatty():
         return getpass.getpass("secret value (hidden): ")
-    return sys.stdin.read().rstrip("\r\n")
+    data = sys.stdin.read(MAX_VALUE_BYTES + 2)  # bounded: a value is at most 64 KiB
+    return data.removesuffix("\n").removesuffix("\r")
 
 
 def run_set(args: argparse.Namespace) -> int:
-    """Store one secret."""
+    """Store one secret. The value is never printed, also not in errors."""
+    store = _store(args)
     value = _read_value()
     if not value:
-        print("error: empty secret value; nothing stored", file=sys.stderr)
-        return 1
-    _store(args).set(args.project, args.subject, args.name, value)
-    print(json.dumps({"ok": True, "name": args.name}) if args.json else f"stored {args.name}")
-    return 0
+        raise UsageFailed(
+            "SECRET_EMPTY", "empty secret value; nothing stored", hint="pipe the value on stdin"
+        )
+    try:
+        store.set(args.project, args.subject, args.name, value)
+    except ValueError as exc:
+        # host.secrets never puts the value into its messages.
+        raise UsageFailed(
+            "SECRET_REFUSED",
+            f"{exc}; nothing stored",
+            hint=f"use {MIN_VALUE_CHARS} characters to {MAX_VALUE_BYTES} bytes, no control characters",
+        ) from None
+    if args.json:
+        print_json({"ok": True, "name": args.name, "project": args.project, "subject": args.subject})
+    else:
+        print(f"stored {args.name} for {args.subject} in {args.project}")
+    return EXIT_OK
 
 
 def run_list(args: argparse.Namespace) -> int:
     """List names and metadata."""
     infos = _store(args).list(args.project, args.subject)
-    rows = [{"name": i.name, "created_at": i.created_at, "updated_at": i.updated_at} for i in infos]
+    rows = [{"name": i.name, "created_at": str(i.created_at), "updated_at": str(i.updated_at)} for i in infos]
     if args.json:
-        print(json.dumps(rows, default=str))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
+        print_json(rows)
+        return EXIT_OK
     table = Table(title=f"secrets of {args.subject} in {args.project}")
     for column in ("name", "created", "updated"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["name"], str(row["created_at"]), str(row["updated_at"]))
-    Console().print(table)
-    return 0
+        table.add_row(row["name"], row["created_at"], row["updated_at"])
+    stdout_console().print(table)
+    return EXIT_OK
 
 
 def run_delete(args: argparse.Namespace) -> int:
     """Delete one secret; 1 if it did not exist."""
     removed = _store(args).delete(args.project, args.subject, args.name)
     if args.json:
-        print(json.dumps({"ok": removed, "name": args.name}))
+        print_json({"ok": removed, "name": args.name})
     else:
         print(f"deleted {args.name}" if removed else f"no secret named {args.name}")
-    return 0 if removed else 1
-
+    return EXIT_OK if removed else EXIT_FAILED

@@ -81,6 +81,7 @@ def _describe(exc):
     if isinstance(exc, ToolError):
         return _short(exc) or type(exc).__name__
     if isinstance(exc, MemoryError):
+        # Exact text: the host maps it to SANDBOX_MEMORY (host.runtime.sandbox.GUEST_OUT_OF_MEMORY).
         return "out of memory (MemoryError)"
     detail = str(exc)
     return _short(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)

@@ -12,7 +12,7 @@ from wasmtime import component as wc
 
 from host.config import HostConfig
 from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
-from host.errors import InputInvalid, SandboxTrap, ToolFailed
+from host.errors import InputInvalid, SandboxMemory, SandboxTrap, ToolFailed
 from host.runtime import LogLine, Runtime
 from tests.support import wat
 
@@ -211,6 +211,19 @@ def test_tool_error_maps_to_code(rt: Runtime, tag: int, error: type[Exception], 
     assert info.value.code == code  # type: ignore[attr-defined]
     assert "no such repo" in info.value.message  # type: ignore[attr-defined]
     assert info.value.details["usage"]["fuel_consumed"] > 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [("out of memory (MemoryError)", "SANDBOX_MEMORY"), ("out of memory (MemoryError)!", "TOOL_FAILED"),
+     ("MemoryError", "TOOL_FAILED")],
+    ids=["sdk-oom-text", "near-miss", "bare-word"],
+)
+def test_guest_sdk_out_of_memory_answer_is_sandbox_memory(rt: Runtime, message: str, code: str) -> None:
+    """The Python SDK catches MemoryError and answers ``failed`` with one exact text."""
+    with pytest.raises((ToolFailed, SandboxMemory)) as info:
+        wat.run_module(rt, wat.tool_error_component(1), input_json=message)
+    assert info.value.code == code
 
 
 def test_same_module_compiled_once(tmp_path: Path) -> None:

@@ -1,0 +1,48 @@
+"""``stockade demo [--ci] [--workdir DIR]``: the scripted security demo, on loopback only.
+
+Builds the first-party tracker plugin and a hostile plugin (cached after the first run),
+signs and locks them, stores a demo secret, starts a fake tracker API on 127.0.0.1 over
+HTTPS with a CA made for the run, and runs a scripted agent session: the tool list, an
+allowed read with the credential injected by the host, invalid input refused, a write
+approved by a person, the hostile plugin's tricks contained, a lock upgrade reviewed with
+``stockade diff``, and the audit log verified. Nothing is sent beyond loopback.
+
+Caches: $STOCKADE_CACHE (default ~/.cache/stockade/demo).
+
+Exit codes: 0 every step behaved as expected, 1 a step did not (or setup failed),
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sdk.demo.run import run_demo
+
+
+def register(sub: Any) -> None:
+    """Add the ``demo`` subcommand."""
+    parser = sub.add_parser(
+        "demo",
+        help="run the scripted security demo (loopback only)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--ci", action="store_true", help="no pauses and no prompts (the write is approved automatically)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the workspace in DIR (new or empty); default: a temporary directory, removed afterwards",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; 0 if every step behaved as expected, else 1."""
+    return run_demo(ci=bool(args.ci), workdir=args.workdir)

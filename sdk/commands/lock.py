@@ -1,0 +1,197 @@
+"""``stockade lock add|remove|verify``: edit and check ``stockade.lock``.
+
+``add BUNDLE_DIR`` checks the bundle and adds it (or replaces the package of the same
+name); ``remove NAME`` drops a package. Each edit writes the next generation: the
+generation grows by one and ``previous`` names the digest of the lock it replaces, so a
+host can refuse rollbacks and forks. The bundle must live under the lock's directory.
+
+``verify`` checks what a host would check before compiling anything: every digest,
+every signature (``--trusted-keys``, ``--require-signatures``) and every manifest;
+``--components`` also runs the component import/export checks, and ``--state-dir``
+compares the generation with a host's accepted state (read only). Nothing is written.
+
+Exit codes: 0 ok, 1 refused (the error code says why), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from host.errors import ComponentRefused
+from host.lock import LoadedLock, LockEntry, LockState
+from sdk.commands._common import (
+    DEFAULT_LOCK,
+    EXIT_OK,
+    CommandFailed,
+    print_json,
+    stderr_console,
+)
+from sdk.commands.sign import load_key
+from sdk.lockfile import LockUpdate, add_package, remove_package
+from sdk.review import component_report, load_for_review
+
+
+def register(sub: Any) -> None:
+    """Add the ``lock`` subcommand and its actions."""
+    parser = sub.add_parser(
+        "lock",
+        help="add, remove and verify locked packages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inner = parser.add_subparsers(dest="lock_command", metavar="ACTION", required=True)
+    add = inner.add_parser(
+        "add",
+        help="add or replace a package (a new generation)",
+        description="Check BUNDLE_DIR and add it to the lock as a new generation.",
+    )
+    add.add_argument(
+        "bundle", type=Path, metavar="BUNDLE_DIR", help="bundle directory under the lock's directory"
+    )
+    add.add_argument("--key", type=Path, default=None, metavar="KEY.pem", help="sign the entry with this key")
+    _lock_and_json(add)
+    add.set_defaults(func=run_add)
+    remove = inner.add_parser(
+        "remove",
+        help="remove a package (a new generation)",
+        description="Remove package NAME from the lock as a new generation.",
+    )
+    remove.add_argument("name", metavar="NAME", help="package name")
+    _lock_and_json(remove)
+    remove.set_defaults(func=run_remove)
+    verify = inner.add_parser(
+        "verify",
+        help="verify digests, signatures and manifests (writes nothing)",
+        description="Verify a lock as a host would before loading it. Exit 0 ok, 1 refused.",
+    )
+    _lock_and_json(verify)
+    verify.add_argument("--trusted-keys", type=Path, default=None, metavar="FILE", help="trusted keys file")
+    verify.add_argument("--require-signatures", action="store_true", help="refuse unsigned packages")
+    verify.add_argument(
+        "--components",
+        action="store_true",
+        help="also compile each component and check its imports and exports",
+    )
+    verify.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="also check the generation against this host state directory (read only)",
+    )
+    verify.set_defaults(func=run_verify)
+
+
+def _lock_and_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock", type=Path, default=DEFAULT_LOCK, help="lock file (default: ./stockade.lock)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _entry_dict(entry: LockEntry | None) -> dict[str, Any] | None:
+    return entry.model_dump(mode="json") if entry is not None else None
+
+
+def _report(update: LockUpdate, args: argparse.Namespace, verb: str) -> int:
+    if args.json:
+        print_json(
+            {
+                "ok": True,
+                "lock": str(update.path),
+                "generation": update.generation,
+                "digest": update.digest,
+                "previous": update.previous,
+                "entry": _entry_dict(update.entry),
+                "replaced": _entry_dict(update.replaced),
+            }
+        )
+        return EXIT_OK
+    subject = update.entry or update.replaced
+    named = f"{subject.name}@{subject.version}" if subject else "?"
+    print(f"{verb} {named}: {update.path} is now generation {update.generation}")
+    print(f"  digest    {update.digest}")
+    print(f"  previous  {update.previous}")
+    if update.entry is not None:
+        print(f"  bundle    {update.entry.bundle}")
+        print(f"  signed    {'by key ' + update.entry.key_id if update.entry.key_id else 'no'}")
+    return EXIT_OK
+
+
+def run_add(args: argparse.Namespace) -> int:
+    """Add or replace one package."""
+    key = load_key(args.key) if args.key else None
+    update = add_package(args.lock, args.bundle, private_key=key)
+    if (
+        update.replaced is not None
+        and update.replaced.signature
+        and update.entry
+        and not update.entry.signature
+    ):
+        stderr_console().print(
+            f"[yellow]warning:[/] {update.entry.name} was signed; the new entry is not (pass --key)"
+        )
+    verb = "replaced" if update.replaced is not None else "added"
+    return _report(update, args, verb)
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    """Remove one package."""
+    try:
+        update = remove_package(args.lock, args.name)
+    except KeyError:
+        raise CommandFailed(
+            "PACKAGE_NOT_IN_LOCK",
+            f"no package named {args.name!r} in {args.lock}",
+            hint="list the packages with `stockade inspect LOCK`",
+        ) from None
+    return _report(update, args, "removed")
+
+
+def _check_components(loaded: LoadedLock) -> None:
+    for package in loaded.packages:
+        refusal = component_report(package.module_bytes)["refusal"]
+        if refusal is not None:
+            name = package.binding.package
+            raise ComponentRefused(f"package {name}: {refusal['message']}", package=name)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Verify without writing; exit 1 with the error code on the first failure."""
+    loaded = load_for_review(
+        args.lock, trusted_keys=args.trusted_keys, require_signatures=args.require_signatures
+    )
+    if args.components:
+        _check_components(loaded)
+    if args.state_dir is not None:
+        LockState(args.state_dir.expanduser()).check(loaded)
+    packages = [
+        {
+            "name": e.name,
+            "version": e.version,
+            "bundle": e.bundle,
+            "signed": e.signature is not None,
+            "key_id": e.key_id,
+        }
+        for e in loaded.lock.packages
+    ]
+    if args.json:
+        print_json(
+            {
+                "ok": True,
+                "lock": str(args.lock),
+                "generation": loaded.generation,
+                "digest": loaded.digest,
+                "previous": loaded.previous,
+                "packages": packages,
+                "components_checked": args.components,
+            }
+        )
+        return EXIT_OK
+    print(f"ok: {args.lock} generation {loaded.generation}, {len(packages)} package(s) verified")
+    print(f"  digest  {loaded.digest}")
+    for p in packages:
+        signed = f"signed by {p['key_id']}" if p["signed"] else "unsigned"
+        print(f"  {p['name']}@{p['version']}  {signed}")
+    return EXIT_OK

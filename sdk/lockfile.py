@@ -1,0 +1,182 @@
+"""Editing ``stockade.lock`` for authors and operators (DESIGN §4). The host only reads locks.
+
+Every edit reads the current lock strictly, builds the next generation
+(``generation + 1``, ``previous`` = the current lock's digest, see :mod:`host.lock`),
+validates it with :meth:`host.lock.PackageLock.from_json` and replaces the file
+atomically. A missing lock file is created at generation 1. A bundle is checked
+(manifest valid, module digest as pinned) before it is added, and its location is
+stored relative to the lock's directory (a bundle outside that directory is refused).
+
+Example::
+
+    update = add_package(Path("stockade.lock"), Path("dist/tracker-1.2.0"), private_key=pem)
+    update.generation, update.digest
+    remove_package(Path("stockade.lock"), "tracker")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import ValidationError
+
+from host._files import atomic_write, read_regular
+from host.config import DEFAULT_CEILINGS, Ceilings
+from host.errors import LockInvalid
+from host.lock import LOCK_FORMAT, LockEntry, PackageLock
+from sdk.bundle import read_bundle, sign_package
+
+__all__ = ["LockUpdate", "add_package", "read_lock", "remove_package"]
+
+_MAX_LOCK_BYTES = 1024 * 1024  # bytes, as host.lock
+
+
+@dataclass(frozen=True, slots=True)
+class LockUpdate:
+    """The result of an edit.
+
+    Args:
+        path: the lock file written.
+        generation: its new generation.
+        digest: its new digest (what the next generation's ``previous`` will name).
+        previous: the digest of the lock it replaced (``None`` when it was created).
+        entry: the entry added or replaced (``None`` for a removal).
+        replaced: the entry that was there before under the same name, if any.
+    """
+
+    path: Path
+    generation: int
+    digest: str
+    previous: str | None
+    entry: LockEntry | None
+    replaced: LockEntry | None
+
+
+def read_lock(path: Path) -> PackageLock | None:
+    """Read and validate a lock file; ``None`` when it does not exist.
+
+    Raises:
+        LockInvalid: unreadable or invalid.
+    """
+    if not os.path.lexists(path):
+        return None
+    return PackageLock.from_json(read_regular(Path(path), _MAX_LOCK_BYTES, what="lock", error=LockInvalid))
+
+
+def _relative_bundle(lock_path: Path, bundle_dir: Path) -> str:
+    base = lock_path.resolve().parent
+    target = bundle_dir.resolve()
+    try:
+        relative = target.relative_to(base)
+    except ValueError:
+        raise LockInvalid(
+            f"bundle {bundle_dir} is outside the lock's directory {base}",
+            hint="copy the bundle under the lock's directory (locks store relative paths)",
+        ) from None
+    return relative.as_posix()
+
+
+def _write_next(
+    path: Path, current: PackageLock | None, packages: list[LockEntry]
+) -> tuple[PackageLock, str | None]:
+    previous = current.digest() if current is not None else None
+    document = {
+        "format": LOCK_FORMAT,
+        "generation": current.generation + 1 if current is not None else 1,
+        "previous": previous,
+        "packages": [entry.model_dump(mode="json") for entry in packages],
+    }
+    data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
+    lock = PackageLock.from_json(data)  # the file written is exactly what a host will read
+    atomic_write(path, data, mode=0o644)
+    return lock, previous
+
+
+def _entry_for(
+    lock_path: Path, bundle_dir: Path, private_key: bytes | Ed25519PrivateKey | None, ceilings: Ceilings
+) -> LockEntry:
+    """Check a bundle and make its (optionally signed) lock entry."""
+    bundle = read_bundle(bundle_dir, ceilings=ceilings)
+    name, version = bundle.manifest.package.name, bundle.manifest.package.version
+    signature = key_id = None
+    if private_key is not None:
+        signature, key_id = sign_package(
+            private_key, name, version, bundle.manifest_sha256, bundle.module_sha256
+        )
+    try:
+        return LockEntry(
+            name=name,
+            version=version,
+            bundle=_relative_bundle(lock_path, bundle_dir),
+            manifest_sha256=bundle.manifest_sha256,
+            module_sha256=bundle.module_sha256,
+            signature=signature,
+            key_id=key_id,
+        )
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise LockInvalid(f"cannot lock bundle {bundle_dir}: {message}") from None
+
+
+def add_package(
+    lock_path: Path,
+    bundle_dir: Path,
+    *,
+    private_key: bytes | Ed25519PrivateKey | None = None,
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+) -> LockUpdate:
+    """Add a bundle to a lock, or replace the package of the same name, as a new generation.
+
+    Args:
+        lock_path: the lock file (created at generation 1 if missing).
+        bundle_dir: the bundle directory, inside the lock's directory.
+        private_key: an Ed25519 private key (object, PEM or raw) to sign the entry; ``None``
+            leaves it unsigned.
+        ceilings: the ceilings the manifest must respect.
+
+    Raises:
+        LockInvalid: the lock is invalid, the bundle is unreadable or outside the lock's
+            directory, or the lock would hold too many packages.
+        ManifestInvalid, DigestMismatch: the bundle fails its checks.
+        ValueError: ``private_key`` is not an Ed25519 private key.
+
+    Returns:
+        What was written.
+    """
+    lock_path = Path(lock_path)
+    current = read_lock(lock_path)
+    entry = _entry_for(lock_path, Path(bundle_dir), private_key, ceilings)
+    name = entry.name
+    packages = list(current.packages) if current is not None else []
+    replaced = next((p for p in packages if p.name == name), None)
+    packages = [entry if p.name == name else p for p in packages] if replaced else [*packages, entry]
+    lock, previous = _write_next(lock_path, current, packages)
+    return LockUpdate(lock_path, lock.generation, lock.digest(), previous, entry, replaced)
+
+
+def remove_package(lock_path: Path, name: str) -> LockUpdate:
+    """Remove a package from a lock as a new generation.
+
+    Raises:
+        LockInvalid: the lock is missing or invalid.
+        KeyError: no package of that name is in the lock.
+
+    Returns:
+        What was written.
+    """
+    lock_path = Path(lock_path)
+    current = read_lock(lock_path)
+    if current is None:
+        raise LockInvalid(
+            f"no lock file at {lock_path}", hint="create one with `stockade lock add BUNDLE_DIR`"
+        )
+    removed = next((p for p in current.packages if p.name == name), None)
+    if removed is None:
+        raise KeyError(name)
+    lock, previous = _write_next(lock_path, current, [p for p in current.packages if p.name != name])
+    return LockUpdate(lock_path, lock.generation, lock.digest(), previous, None, removed)

@@ -1,0 +1,130 @@
+"""``stockade new`` and ``stockade test`` through the real entry point, in a subprocess.
+
+The round trips (new -> build -> test) build real components with componentize-py and
+componentize-js; the build and compile caches live under ``<repo>/.stockade-cache`` and
+the scaffolded projects are identical every time, so only the first session pays.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import REPO, cli_env, run_cli
+
+CACHE_ENV = {"XDG_CACHE_HOME": str(REPO / ".stockade-cache")}
+
+
+def stockade(*args: str, cwd: Path, timeout: float = 600):
+    return run_cli(*args, cwd=cwd, env=cli_env(**CACHE_ENV), timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lang", "source"), [("python", "app.py"), ("javascript", "app.js")], ids=["python", "javascript"]
+)
+def test_new_build_test_round_trip(tmp_path: Path, lang: str, source: str) -> None:
+    name = f"rt-{lang}"
+    new = stockade("new", name, "--lang", lang, cwd=tmp_path)
+    assert new.returncode == 0, new.stderr
+    project = tmp_path / name
+    assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == sorted(
+        ["stockade.toml", source, "README.md", "tests/test_tools.py"]
+    )
+
+    build = stockade("build", str(project), "--json", cwd=tmp_path)
+    assert build.returncode == 0, build.stderr
+    bundle = Path(json.loads(build.stdout)["bundle"])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [t["name"] for t in manifest["tools"]] == [f"{name}.greet", f"{name}.lookup"]
+
+    test = stockade("test", str(project), cwd=tmp_path)
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert "5 passed" in test.stdout
+    assert f"built {name}-0.1.0" in test.stderr
+
+
+@pytest.mark.slow
+def test_test_exit_status_is_1_when_a_test_fails_or_none_ran(tmp_path: Path) -> None:
+    project = tmp_path / "rt-failing"
+    assert stockade("new", "rt-failing", "--dir", str(project), cwd=tmp_path).returncode == 0
+    (project / "tests" / "test_broken.py").write_text(
+        "def test_broken():\n    assert 1 + 1 == 3\n"
+    )
+    failed = stockade("test", str(project), "--", "-q", cwd=tmp_path)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "1 failed, 5 passed" in failed.stdout
+    none_ran = stockade("test", str(project), "--", "-q", "-k", "no_such_test", cwd=tmp_path)
+    assert none_ran.returncode == 1  # pytest's 5 (no tests ran) is a failure too
+    assert "deselected" in none_ran.stdout
+
+
+def test_new_refuses_a_non_empty_directory(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    proc = stockade("new", "taken", "--dir", str(target), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "DIR_NOT_EMPTY" in proc.stderr and "Traceback" not in proc.stderr
+    assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    assert (target / "notes.txt").read_text() == "mine"
+
+
+def test_new_refuses_a_file_in_the_way(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    proc = stockade("new", "file", cwd=tmp_path)
+    assert proc.returncode == 1 and "DIR_NOT_EMPTY" in proc.stderr
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Tracker", "1tools", "my..tools", "my tools", "tools-", "../escape", "a" * 58, "naïve"],
+    ids=["uppercase", "leading-digit", "empty-segment", "space", "trailing-dash", "path", "too-long", "non-ascii"],
+)
+def test_new_refuses_invalid_names_and_writes_nothing(tmp_path: Path, name: str) -> None:
+    proc = stockade("new", name, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "NAME_INVALID" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_new_longest_name_fits_every_tool_name(tmp_path: Path) -> None:
+    name = "a" * 57
+    proc = stockade("new", name, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["ok"] is True and len(out["files"]) == 4
+    assert f'name = "{name}.lookup"' in (tmp_path / name / "stockade.toml").read_text()
+
+
+def test_new_refuses_an_unknown_language(tmp_path: Path) -> None:
+    proc = stockade("new", "tools", "--lang", "rust", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_test_refuses_a_directory_without_a_project(tmp_path: Path) -> None:
+    proc = stockade("test", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "PROJECT_NOT_FOUND" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_test_refuses_a_project_without_tests(tmp_path: Path) -> None:
+    assert stockade("new", "no-tests", cwd=tmp_path).returncode == 0
+    project = tmp_path / "no-tests"
+    (project / "tests" / "test_tools.py").unlink()
+    (project / "tests").rmdir()
+    proc = stockade("test", str(project), cwd=tmp_path)
+    assert proc.returncode == 1 and "NO_TESTS" in proc.stderr
+
+
+def test_test_refuses_an_invalid_manifest_before_building(tmp_path: Path) -> None:
+    assert stockade("new", "bad-manifest", cwd=tmp_path).returncode == 0
+    toml = tmp_path / "bad-manifest" / "stockade.toml"
+    toml.write_text(toml.read_text().replace('effect = "read"', 'effect = "anything"', 1))
+    proc = stockade("test", str(tmp_path / "bad-manifest"), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1
+    assert "MANIFEST_INVALID" in proc.stderr and "Traceback" not in proc.stderr
