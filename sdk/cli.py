@@ -39,7 +39,7 @@ _COMMANDS = (
     # reviewers
     "inspect", "lock", "diff",
     # host operators
-    "tools", "call", "secrets", "log", "demo",
+    "tools", "call", "policy", "secrets", "log", "demo",
 )  # fmt: skip
 """Subcommand modules under ``sdk/commands/``, in ``--help`` order. Each module has
 ``register(subparsers)`` and sets ``func`` on its parsers."""
