@@ -11,7 +11,7 @@ Example::
                    audit=state / "audit.log") as host:
         result = host.call(CallRequest(principal=Principal(project="p", subject="alice"),
                                        session="s1", tool="jsonkit.query", version="1.0.0",
-                                       input={"document": {"a": 1}, "path": "a"}))
+                                       input={"document": "{\"a\": 1}", "path": "a"}))
 """
 
 from __future__ import annotations

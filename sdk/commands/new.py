@@ -1,6 +1,6 @@
 """``stockade new NAME [--lang python|javascript] [--dir DIR]``: start a plugin project.
 
-Writes ``stockade.toml``, ``app.py`` (or ``app.js``), ``README.md`` and
+Writes ``stockade.toml``, ``app.py`` (or ``app.js``), ``README.md``, ``.gitignore`` and
 ``tests/test_tools.py`` into ``DIR`` (default ``./NAME``), which must not exist or be
 empty. The project builds as is and its tests pass: ``stockade test DIR``.
 

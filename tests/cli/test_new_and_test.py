@@ -31,7 +31,7 @@ def test_new_build_test_round_trip(tmp_path: Path, lang: str, source: str) -> No
     assert new.returncode == 0, new.stderr
     project = tmp_path / name
     assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == sorted(
-        ["stockade.toml", source, "README.md", "tests/test_tools.py"]
+        ["stockade.toml", source, "README.md", ".gitignore", "tests/test_tools.py"]
     )
 
     build = stockade("build", str(project), "--json", cwd=tmp_path)
@@ -44,6 +44,24 @@ def test_new_build_test_round_trip(tmp_path: Path, lang: str, source: str) -> No
     assert test.returncode == 0, test.stdout + test.stderr
     assert "5 passed" in test.stdout
     assert f"built {name}-0.1.0" in test.stderr
+
+
+@pytest.mark.slow
+def test_new_project_readme_takes_an_author_to_a_signed_bundle_in_a_lock(tmp_path: Path) -> None:
+    # Runs the command lines of the scaffolded README.md, as written, in the project.
+    assert stockade("new", "rt-python", cwd=tmp_path).returncode == 0
+    project = tmp_path / "rt-python"
+    readme = (project / "README.md").read_text()
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("#", 1)[0].split() for line in block.splitlines()]
+    assert [words[1] for words in lines] == ["build", "test", "inspect", "keygen", "sign", "lock", "lock"]
+    for words in lines:
+        assert words[0] == "stockade"
+        proc = stockade(*words[1:], cwd=project)
+        assert proc.returncode == 0, f"{' '.join(words)}:\n{proc.stdout}\n{proc.stderr}"
+    lock = json.loads((project / "stockade.lock").read_text())
+    (entry,) = lock["packages"]
+    assert entry["name"] == "rt-python" and entry["signature"] and entry["key_id"]
 
 
 @pytest.mark.slow
@@ -96,7 +114,7 @@ def test_new_longest_name_fits_every_tool_name(tmp_path: Path) -> None:
     proc = stockade("new", name, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["ok"] is True and len(out["files"]) == 4
+    assert out["ok"] is True and len(out["files"]) == 5
     assert f'name = "{name}.lookup"' in (tmp_path / name / "stockade.toml").read_text()
 
 
