@@ -262,12 +262,20 @@ class PinnedTransport(httpx.BaseTransport):
         pins: the session's pin table.
         ssl_context: the TLS context (see :func:`tls_context`); it must verify
             certificates and host names.
+        socket_backend: what opens sockets *under* the pin check (default
+            ``httpcore.SyncBackend()``); the pin check and deadlines always apply.
 
     Raises:
         ValueError: ``ssl_context`` does not verify certificates or host names.
     """
 
-    def __init__(self, pins: Pins, *, ssl_context: ssl.SSLContext) -> None:
+    def __init__(
+        self,
+        pins: Pins,
+        *,
+        ssl_context: ssl.SSLContext,
+        socket_backend: httpcore.NetworkBackend | None = None,
+    ) -> None:
         if ssl_context.verify_mode != ssl.CERT_REQUIRED or not ssl_context.check_hostname:
             raise ValueError("the egress TLS context must verify certificates and host names")
         self._pool = httpcore.ConnectionPool(
@@ -277,7 +285,7 @@ class PinnedTransport(httpx.BaseTransport):
             http1=True,
             http2=False,
             retries=0,
-            network_backend=PinnedBackend(pins),
+            network_backend=PinnedBackend(pins, socket_backend),
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:

@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from host.egress.transport import PinnedBackend, PinnedTransport, Pins, TransportFactory, tls_context
+from host.egress.transport import PinnedTransport, Pins, TransportFactory, tls_context
 
 __all__ = [
     "DEMO_HOSTS",
@@ -407,24 +407,6 @@ class _LoopbackPortMap(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-class _DemoTransport(PinnedTransport):
-    """A :class:`PinnedTransport` whose sockets go through :class:`_LoopbackPortMap`."""
-
-    def __init__(self, pins: Pins, *, ssl_context: ssl.SSLContext, port_map: Mapping[int, int]) -> None:
-        super().__init__(pins, ssl_context=ssl_context)
-        self._pool.close()
-        # Same pool settings as PinnedTransport; only the innermost socket opener differs.
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=4,
-            keepalive_expiry=5.0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PinnedBackend(pins, _LoopbackPortMap(port_map)),
-        )
-
-
 def demo_transport_factory(*, ca_file: Path, https_port: int) -> TransportFactory:
     """DEMO ONLY. Pinned transports that reach the loopback fake server on ``https_port``.
 
@@ -438,6 +420,6 @@ def demo_transport_factory(*, ca_file: Path, https_port: int) -> TransportFactor
     context = tls_context(ca_file)
 
     def factory(pins: Pins) -> httpx.BaseTransport:
-        return _DemoTransport(pins, ssl_context=context, port_map={443: https_port})
+        return PinnedTransport(pins, ssl_context=context, socket_backend=_LoopbackPortMap({443: https_port}))
 
     return factory

@@ -31,6 +31,29 @@ from tests.support.wat import counter_component, echo_component, loop_component
 WRITE_TOOL = echo_tool(name="echo.write", effect="write", risk="medium", permissions=["echo.write"])
 WRITE_PERMS = ("tool.call:echo.write", "echo.write")
 READ_PERMS = ("tool.call:echo.say", "echo.use")
+CREDENTIALED_HTTP = {
+    "allow": [
+        {
+            "scheme": "https",
+            "host": "api.echo.example",
+            "port": None,
+            "path_prefix": "/v1",
+            "methods": ["GET"],
+        }
+    ],
+    "credentials": [
+        {
+            "secret": "echo_token",
+            "location": {"type": "bearer"},
+            "hosts": ["api.echo.example"],
+            "path_prefixes": ["/v1"],
+            "optional": False,
+        }
+    ],
+    "max_request_bytes": 1024,
+    "max_response_bytes": 1024,
+    "timeout_ms": 1000,
+}
 
 
 class GuestCounter:
@@ -353,30 +376,7 @@ def test_rate_limit_per_principal_and_tool(tmp_path: Path) -> None:
 
 
 def test_required_secret_missing_guest_never_starts(tmp_path: Path) -> None:
-    http = {
-        "allow": [
-            {
-                "scheme": "https",
-                "host": "api.echo.example",
-                "port": None,
-                "path_prefix": "/v1",
-                "methods": ["GET"],
-            }
-        ],
-        "credentials": [
-            {
-                "secret": "echo_token",
-                "location": {"type": "bearer"},
-                "hosts": ["api.echo.example"],
-                "path_prefixes": ["/v1"],
-                "optional": False,
-            }
-        ],
-        "max_request_bytes": 1024,
-        "max_response_bytes": 1024,
-        "timeout_ms": 1000,
-    }
-    fx = make_host(tmp_path, manifest_overrides={"http": http})
+    fx = make_host(tmp_path, manifest_overrides={"http": CREDENTIALED_HTTP})
     counter = GuestCounter(fx.host)
     with fx.host:
         result = fx.host.call(fx.request())
@@ -387,32 +387,9 @@ def test_required_secret_missing_guest_never_starts(tmp_path: Path) -> None:
 
 def test_staged_secret_is_scrubbed_from_output_and_audit(tmp_path: Path) -> None:
     secret = "s3cr3t-value-4242"
-    http = {
-        "allow": [
-            {
-                "scheme": "https",
-                "host": "api.echo.example",
-                "port": None,
-                "path_prefix": "/v1",
-                "methods": ["GET"],
-            }
-        ],
-        "credentials": [
-            {
-                "secret": "echo_token",
-                "location": {"type": "bearer"},
-                "hosts": ["api.echo.example"],
-                "path_prefixes": ["/v1"],
-                "optional": False,
-            }
-        ],
-        "max_request_bytes": 1024,
-        "max_response_bytes": 1024,
-        "timeout_ms": 1000,
-    }
     store = SecretsStore(tmp_path / "secrets.json", make_key())
     store.set("p", "alice", "echo_token", secret)
-    fx = make_host(tmp_path, manifest_overrides={"http": http}, secrets=store)
+    fx = make_host(tmp_path, manifest_overrides={"http": CREDENTIALED_HTTP}, secrets=store)
     with fx.host:
         result = fx.host.call(fx.request(input={"message": f"token={secret}"}))
     assert result.ok, result.error
