@@ -144,7 +144,7 @@ def _validate_envelope(raw: object) -> CallRequest:
     try:
         if isinstance(raw, CallRequest):
             return raw
-        return CallRequest.model_validate(raw, strict=False)
+        return CallRequest.model_validate(raw)
     except ValidationError as exc:
         problems = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()]
         raise RequestInvalid("call envelope is invalid", problems=problems) from exc

@@ -221,6 +221,18 @@ def test_extra_envelope_fields_refused(fx: HostFixture) -> None:
         CallRequest.from_json(json.dumps(envelope))
 
 
+@pytest.mark.parametrize(
+    "field,value",
+    [("expires_at", "99999999999"), ("project", 7), ("subject", None)],
+    ids=["string-expiry", "int-project", "null-subject"],
+)
+def test_envelope_types_are_not_coerced(fx: HostFixture, field: str, value: Any) -> None:
+    envelope = fx.request().model_dump()
+    envelope["principal"][field] = value
+    result = fx.host.call(envelope)
+    assert result.error is not None and result.error.code == "REQUEST_INVALID"
+
+
 def test_unknown_version_is_not_resolved_to_another(fx: HostFixture) -> None:
     for version in ("1.0", "latest", "1.0.1", "*"):
         result = fx.host.call(fx.request(version=version))
