@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from host.adapters.schemas import ToolFormat, tool_schemas
+from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
 from host.audit import AuditLog, redact_params
 from host.canonical import parse_json
 from host.config import HostConfig
@@ -332,6 +332,14 @@ class Host:
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
         """Model-facing tool schemas from the registry (``openai``, ``anthropic`` or ``mcp``)."""
         return tool_schemas(self.registry, format)
+
+    def resolve_tool(self, format: ToolFormat, name: str) -> tuple[str, str]:
+        """Map the name a model used (as offered by :meth:`tools`) to the exact (tool, version).
+
+        Raises:
+            ToolNotFound: no tool is offered under that name.
+        """
+        return resolve_model_name(self.registry, format, name)
 
     # -- steps 7–11 --------------------------------------------------------------------------
 

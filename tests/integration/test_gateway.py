@@ -499,6 +499,10 @@ def test_model_facing_schemas(fx: HostFixture, fmt: str, key: str) -> None:
     assert all(key in s for s in schemas)
     names = json.dumps(schemas)
     assert ("echo__say" in names) if fmt != "mcp" else ("echo.say" in names)
+    offered = schemas[0]["function"]["name"] if fmt == "openai" else schemas[0]["name"]
+    assert fx.host.resolve_tool(fmt, offered)[1] == "1.0.0"  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="TOOL_NOT_FOUND"):
+        fx.host.resolve_tool(fmt, "echo.say@9.9.9")  # type: ignore[arg-type]
 
 
 def test_closed_host_refuses_use(tmp_path: Path) -> None:
