@@ -233,6 +233,18 @@ def test_envelope_types_are_not_coerced(fx: HostFixture, field: str, value: Any)
     assert result.error is not None and result.error.code == "REQUEST_INVALID"
 
 
+def test_envelope_over_its_byte_budget_refused(fx: HostFixture) -> None:
+    envelope = fx.request().model_dump()
+    overhead = len(json.dumps(envelope | {"input": {"message": ""}}))
+    envelope["input"] = {"message": "x" * (plan_module.MAX_ENVELOPE_BYTES - overhead)}
+    at_edge = json.dumps(envelope)
+    assert len(at_edge) == plan_module.MAX_ENVELOPE_BYTES
+    assert CallRequest.from_json(at_edge).tool == "echo.say"
+    envelope["input"] = {"message": "x" * (plan_module.MAX_ENVELOPE_BYTES - overhead + 1)}
+    with pytest.raises(Exception, match="REQUEST_INVALID"):
+        CallRequest.from_json(json.dumps(envelope))
+
+
 def test_unknown_version_is_not_resolved_to_another(fx: HostFixture) -> None:
     for version in ("1.0", "latest", "1.0.1", "*"):
         result = fx.host.call(fx.request(version=version))
