@@ -69,6 +69,7 @@ from urllib.parse import urljoin
 
 import httpx
 
+from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.egress.hygiene import (
     INVALID_REQUEST_REASONS,
     check_method,
@@ -89,7 +90,6 @@ __all__ = ["MAX_REDIRECTS", "EgressSession", "EgressUsage", "HttpLimits", "Reque
 
 MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
-_DECODABLE: Final = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
 _DEFAULT_HEADERS: Final = (
     ("Accept", "*/*"),
     ("Accept-Encoding", "identity"),  # so that redaction sees the body as sent
@@ -413,28 +413,40 @@ class EgressSession:
         return result
 
     def _read_body(self, response: httpx.Response, deadline: float) -> bytes:
+        """Stream, decode (bounded) and collect the body; issue 9.2 / 18.6 bounds.
+
+        Raw bytes are read with ``iter_raw`` (httpx's own decoders are unbounded) and
+        decoded here by :class:`BodyDecoder`: at most ``limit`` decoded bytes plus one
+        chunk are ever held.
+        """
         limit = self._http.max_response_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise _Refused("too-large", f"response body over {limit} bytes")
-        encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
-        if not all(e in _DECODABLE for e in encodings):
-            raise _Refused("network", "response uses an unsupported content-encoding")
-        chunks: list[bytes] = []
-        total = 0
         try:
-            for chunk in response.iter_bytes():
-                total += len(chunk)
-                if total > limit or response.num_bytes_downloaded > limit:
+            decoder = BodyDecoder.for_encodings(response.headers.get_list("content-encoding"), limit=limit)
+        except ResponseInvalid as exc:
+            raise _Refused("network", f"response refused: {exc}", "network:response_invalid") from None
+        body = bytearray()
+        try:
+            for raw in response.iter_raw():
+                if response.num_bytes_downloaded > limit:
                     raise _Refused("too-large", f"response body over {limit} bytes")
+                for piece in decoder.feed(raw):
+                    body += piece
                 if time.monotonic() > deadline:
                     raise _Refused("timeout", "the response did not finish before the deadline")
-                chunks.append(chunk)
+            for piece in decoder.finish():
+                body += piece
+        except BodyTooLarge as exc:
+            raise _Refused("too-large", str(exc)) from None
+        except ResponseInvalid as exc:
+            raise _Refused("network", f"response refused: {exc}", "network:response_invalid") from None
         except httpx.TimeoutException:
             raise _Refused("timeout", "the response did not finish before the deadline") from None
         except httpx.HTTPError as exc:
             raise _Refused("network", f"reading the response failed: {exc}") from None
-        return b"".join(chunks)
+        return bytes(body)
 
     def _record(self, hop: _Hop, outcome: str) -> None:
         if outcome == "budget-exhausted":
