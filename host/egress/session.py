@@ -14,8 +14,11 @@ redacted. Steps, in order, for each request:
 3. + 4. Normalization and allowlist (``EgressPolicy.check``): ``denied`` with the policy's
    reason (``invalid-request`` for a malformed URL); then credential-like query parameter
    names are refused (``denied``).
-5. DNS (``EgressPolicy.vet``): resolved once; the transport connects only to the vetted
-   addresses (:mod:`host.egress.transport`), TLS still verifying the host name.
+5. DNS (``EgressPolicy.vet``): resolved once, under the request deadline (a worker
+   thread abandoned when it passes: ``timeout``); a failed lookup is ``network``
+   (outcome ``network:dns_failure``), never ``denied``: it is not a policy decision. The
+   transport connects only to the vetted addresses (:mod:`host.egress.transport`), TLS
+   still verifying the host name.
 6. Credentials (:mod:`host.egress.router`): this package's mappings only. A required
    secret that is missing is ``credential-unavailable`` (detail: the secret's name);
    two mappings writing one location are ``denied`` ("credential conflict").
@@ -60,7 +63,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -82,7 +85,7 @@ from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
 from host.egress.router import CredentialMappingLike, CredentialRouter, apply_injections
 from host.egress.transport import Pins, TransportFactory, pinned_transport_factory
 from host.egress.urls import normalize_url
-from host.errors import CredentialUnavailable, EgressDenied
+from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
 from host.redact import Redactor
 from host.secrets import SecretValue
 
@@ -361,10 +364,15 @@ class EgressSession:
         deadline: float,
     ) -> httpx.Response:
         try:
-            addresses = self._policy.vet(target, self._resolver, allow_loopback=self._allow_loopback)
+            addresses = self._policy.vet(
+                target, self._resolver, allow_loopback=self._allow_loopback, deadline=deadline
+            )
             url = target.normalized()
             injections = self._router.inject(self._router.match(url), self._staged)
             send_url, send_headers = apply_injections(url, headers, injections)
+        except EgressUnreachable as exc:
+            kind: FailureKind = "timeout" if exc.reason == "dns_timeout" else "network"
+            raise _Refused(kind, exc.message, f"{kind}:{exc.reason}") from None
         except EgressDenied as exc:
             raise _denied(exc) from None
         except CredentialUnavailable as exc:
@@ -423,13 +431,20 @@ class EgressSession:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise _Refused("too-large", f"response body over {limit} bytes")
+        raws: Iterable[bytes]
         try:
-            decoder = BodyDecoder.for_encodings(response.headers.get_list("content-encoding"), limit=limit)
+            if response.is_stream_consumed:
+                # An in-memory response from a harness transport (httpx.MockTransport):
+                # httpx already decoded it; only the limit applies.
+                decoder, raws = BodyDecoder("identity", limit=limit), (response.content,)
+            else:
+                encodings = response.headers.get_list("content-encoding")
+                decoder, raws = BodyDecoder.for_encodings(encodings, limit=limit), response.iter_raw()
         except ResponseInvalid as exc:
             raise _Refused("network", f"response refused: {exc}", "network:response_invalid") from None
         body = bytearray()
         try:
-            for raw in response.iter_raw():
+            for raw in raws:
                 if response.num_bytes_downloaded > limit:
                     raise _Refused("too-large", f"response body over {limit} bytes")
                 for piece in decoder.feed(raw):

@@ -78,12 +78,12 @@ def test_public_looking_name_resolving_to_blocked_address_refused(
     assert api.requests == []
 
 
-def test_unresolvable_name_denied(servers: ServerSet) -> None:
+def test_unresolvable_name_unreachable(servers: ServerSet) -> None:
     api = servers.new(routes={"/v1/echo": echo()})
     with make_session(allow=[allow(API, api.port)], resolver=FakeResolver({})) as session:
         result = session.send(get(api.url("/v1/echo", host=API)))
-    assert isinstance(result, HttpFailure) and result.kind == "denied"
-    assert session.usage.requests[0].outcome == "denied:dns_failure"
+    assert isinstance(result, HttpFailure) and result.kind == "network"  # not a policy denial
+    assert session.usage.requests[0].outcome == "network:dns_failure"
 
 
 def test_backend_never_connects_to_unvetted_host(servers: ServerSet) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 import host.errors as errors
-from host.errors import EgressDenied, InputInvalid, StockadeError, all_error_classes
+from host.errors import EgressDenied, EgressUnreachable, InputInvalid, StockadeError, all_error_classes
 
 PINNED_CODES = {
     "StockadeError": "STOCKADE_ERROR",
@@ -19,6 +19,7 @@ PINNED_CODES = {
     "RateLimited": "RATE_LIMITED",
     "CredentialUnavailable": "CREDENTIAL_UNAVAILABLE",
     "EgressDenied": "EGRESS_DENIED",
+    "EgressUnreachable": "EGRESS_UNREACHABLE",
     "SandboxTrap": "SANDBOX_TRAP",
     "SandboxFuelExhausted": "SANDBOX_FUEL_EXHAUSTED",
     "SandboxTimeout": "SANDBOX_TIMEOUT",
@@ -77,3 +78,9 @@ def test_egress_denied_carries_typed_reason() -> None:
     assert exc.code == "EGRESS_DENIED"
     assert exc.details["reason"] == "userinfo"
     assert str(exc) == "EGRESS_DENIED: no"
+
+
+def test_egress_unreachable_is_distinct_from_a_denial_but_caught_with_it() -> None:
+    exc = EgressUnreachable("slow DNS", reason="dns_timeout")
+    assert exc.code == "EGRESS_UNREACHABLE" != EgressDenied.code
+    assert isinstance(exc, EgressDenied) and exc.reason == "dns_timeout"
