@@ -5,9 +5,10 @@ performs every ``http-request`` of that call. :meth:`EgressSession.send` never r
 a guest mistake: every refusal comes back as an :class:`HttpFailure` whose detail is
 redacted. Steps, in order, for each request:
 
-1. Budget: the ``max_requests``-th + 1 call of :meth:`send` is ``budget-exhausted``.
-   Every call counts, refused ones included (a guest cannot probe the policy for free);
-   redirect hops do not (at most 3 per request, each recorded in the usage).
+1. Budget: at most ``max_requests`` outbound requests per call; one more is
+   ``budget-exhausted``. Every call of :meth:`send` counts, refused ones included (a
+   guest cannot probe the policy for free), and so does every redirect hop the host
+   follows (at most 3 per request): ``max_http_requests`` bounds what reaches servers.
    A body over ``http.max_request_bytes`` is ``too-large``.
 2. Hygiene (:mod:`host.egress.hygiene`): method token, header syntax and size
    (``invalid-request``), host-owned and credential-like headers (``denied``).
@@ -28,8 +29,11 @@ redacted. Steps, in order, for each request:
    ``http.timeout_ms``), one absolute deadline for the request and its redirects,
    enforced on every socket operation. The response is streamed and cut at
    ``http.max_response_bytes`` (``too-large``), also without a Content-Length.
-8. Redirects (301, 302, 303, 307, 308 with one ``Location``): at most 3 hops; each is
-   re-checked from step 3 (normalization, allowlist, DNS), every header of the previous
+8. Redirects (301, 302, 303, 307, 308 with one ``Location``): at most 3 hops, each
+   counted against the budget; a ``Location`` with whitespace or a control character, or
+   one that is not a parseable URL, is ``denied`` (``invalid_redirect``, recorded); each
+   hop is re-checked from step 3 (normalization, allowlist, credential-like query
+   parameters, DNS), every header of the previous
    hop is dropped (the guest's too), credentials are routed again for the new
    destination only; 301/302/303 become GET (HEAD stays HEAD) without body, 307/308 keep
    method and body. A ``Location`` that carries a staged secret (in any form the redactor
@@ -61,6 +65,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -93,6 +98,7 @@ __all__ = ["MAX_REDIRECTS", "EgressSession", "EgressUsage", "HttpLimits", "Reque
 
 MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+_UNSAFE_LOCATION: Final = re.compile(r"[\x00-\x20\x7f]")  # controls, space (urljoin strips some)
 _DEFAULT_HEADERS: Final = (
     ("Accept", "*/*"),
     ("Accept-Encoding", "identity"),  # so that redaction sees the body as sent
@@ -280,10 +286,13 @@ class EgressSession:
             self._record(hop, refusal.outcome)
             return HttpFailure(refusal.kind, self._redactor.text(refusal.detail))
 
-    def _perform(self, request: HttpRequest, hop: _Hop) -> HttpResponse:
+    def _count_request(self) -> None:
         self._calls += 1
         if self._calls > self._max_requests:
             raise _Refused("budget-exhausted", f"at most {self._max_requests} HTTP requests per call")
+
+    def _perform(self, request: HttpRequest, hop: _Hop) -> HttpResponse:
+        self._count_request()
         body = request.body
         if body is not None and len(body) > self._http.max_request_bytes:
             raise _Refused(
@@ -319,6 +328,7 @@ class EgressSession:
             hop.sent = 0 if body is None else len(body)
             hop.started = time.monotonic()
             target = self._follow(target, location, method, hop)
+            self._count_request()  # issue 18.6: every hop followed is an outbound request
             headers = []  # DESIGN §8 step 8: every header of the previous hop is dropped
 
     # --- steps ---
@@ -330,15 +340,39 @@ class EgressSession:
         return deadline
 
     def _follow(self, current: EgressTarget, location: str, method: str, hop: _Hop) -> EgressTarget:
+        """The next hop's target, with every request-side check of a guest request.
+
+        Never raises anything but :class:`_Refused` (issue 18.2): a ``Location`` with a
+        control character or whitespace is refused rather than repaired (``urljoin``
+        would silently strip TAB/CR/LF), and one ``urljoin`` cannot parse
+        (``http://[/x``) is refused too, both as ``invalid_redirect``.
+        """
+        if _UNSAFE_LOCATION.search(location) is not None:
+            raise _Refused(
+                "denied", "redirect refused: the Location contains whitespace or a control character",
+                "denied:invalid_redirect",
+            )
         if self._redactor.text(location) != location:
             raise _Refused(
                 "denied", "redirect refused: the Location carries a credential",
                 "denied:credential_in_redirect",
             )
         try:
-            return self._check(method, urljoin(current.url, location), hop)
+            joined = urljoin(current.url, location)
+        except ValueError:
+            raise _Refused(
+                "denied", "redirect refused: the Location is not a valid URL", "denied:invalid_redirect"
+            ) from None
+        try:
+            target = self._check(method, joined, hop)
+            check_query(target.query)  # issue 18.3: the same query rules as a guest request
         except EgressDenied as exc:
             raise _denied(exc, redirect=True) from None
+        except ValueError:
+            raise _Refused(
+                "denied", "redirect refused: the Location is not a valid URL", "denied:invalid_redirect"
+            ) from None
+        return target
 
     def _check(self, method: str, url: str, hop: _Hop) -> EgressTarget:
         """``policy.check``; on refusal, still record which host and path were tried."""
