@@ -39,8 +39,13 @@ redacted. Steps, in order, for each request:
    method and body. A ``Location`` that carries a staged secret (in any form the redactor
    knows) is refused, so a query credential never follows a redirect. A 4th redirect is
    ``denied`` ("too many redirects").
-9. Response: ``Set-Cookie`` and credential-like headers dropped, body decoded and every
-   staged secret form replaced with ``[REDACTED]`` in header names, values and the body.
+9. Response: more than :data:`MAX_RESPONSE_HEADERS` header lines is ``network``
+   (``network:response_invalid``); ``Set-Cookie`` and credential-like headers dropped;
+   the body decoded within bounds (:mod:`host.egress.decoding`: one ``gzip`` or
+   ``deflate`` layer at most, ``too-large`` past the limit or ratio, ``network`` for
+   stacked, unknown or corrupt encodings); every staged secret form replaced with
+   ``[REDACTED]`` in header names, values (one pass over all of them) and the body; the
+   deadline is checked again after redaction (``timeout``).
 10. Usage: one :class:`RequestRecord` per hop sent and per refused request: method,
     host, normalized path (never the query), status, body bytes each way, duration and
     an outcome such as ``ok``, ``redirect``, ``too-large`` or ``denied:host_not_allowed``.
@@ -94,9 +99,17 @@ from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
 from host.redact import Redactor
 from host.secrets import SecretValue
 
-__all__ = ["MAX_REDIRECTS", "EgressSession", "EgressUsage", "HttpLimits", "RequestRecord"]
+__all__ = [
+    "MAX_REDIRECTS",
+    "MAX_RESPONSE_HEADERS",
+    "EgressSession",
+    "EgressUsage",
+    "HttpLimits",
+    "RequestRecord",
+]
 
 MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
+MAX_RESPONSE_HEADERS: Final = 256  # header lines of one response (issue 18.5)
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _UNSAFE_LOCATION: Final = re.compile(r"[\x00-\x20\x7f]")  # controls, space (urljoin strips some)
 _DEFAULT_HEADERS: Final = (
@@ -437,6 +450,12 @@ class EgressSession:
         except httpx.InvalidURL as exc:
             raise _Refused("invalid-request", f"request cannot be sent: {exc}") from None
         hop.status = response.status_code
+        if len(response.headers.raw) > MAX_RESPONSE_HEADERS:
+            response.close()
+            raise _Refused(
+                "network", f"response refused: more than {MAX_RESPONSE_HEADERS} headers",
+                "network:response_invalid",
+            )
         return response
 
     def _finish(self, response: httpx.Response, deadline: float, hop: _Hop) -> HttpResponse:
@@ -445,12 +464,14 @@ class EgressSession:
         finally:
             hop.received = response.num_bytes_downloaded
             response.close()
-        redact = self._redactor.text
-        headers = tuple(
-            (redact(name), redact(value))
-            for name, value in sanitize_response_headers(response.headers.multi_items())
-        )
-        result = HttpResponse(response.status_code, headers, self._redactor.bytes(body))
+        kept = sanitize_response_headers(response.headers.multi_items())
+        # One pass per secret form over all names and values (issue 18.5), not one per header.
+        flat = self._redactor.texts([text for pair in kept for text in pair])
+        headers = tuple(zip(flat[0::2], flat[1::2], strict=True))
+        redacted = self._redactor.bytes(body)
+        if time.monotonic() > deadline:
+            raise _Refused("timeout", "the response was not ready before the deadline")
+        result = HttpResponse(response.status_code, headers, redacted)
         self._record(hop, "ok")
         return result
 
