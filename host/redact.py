@@ -64,7 +64,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar, final
+from typing import Final, Generic, Literal, TypeVar, final
 from urllib.parse import quote, quote_plus
 
 from host.secrets import SecretValue
@@ -101,8 +101,15 @@ def _b64_forms(data: bytes) -> set[str]:
     return forms
 
 
+View = Literal["raw", "lower", "squeezed"]
+"""Where a family is searched: the text, its ASCII-lower-cased view, or its view without
+CR/LF (the text itself when it has no line break)."""
+
+_Family = tuple[View, str, set[str]]
+
+
 def _base64_forms(value: str, usernames: Sequence[str]) -> set[str]:
-    """Base64 forms of one value (also searched across line breaks): value and basic-auth."""
+    """Base64 forms of one value (searched across line breaks): value and basic-auth."""
     forms = _b64_forms(value.encode("utf-8"))
     for username in (*usernames, ""):
         pair = base64.b64encode(f"{username}:{value}".encode()).decode("ascii")
@@ -110,21 +117,17 @@ def _base64_forms(value: str, usernames: Sequence[str]) -> set[str]:
     return forms
 
 
-def _plain_forms(value: str, usernames: Sequence[str]) -> set[str]:
-    """Case-sensitive forms of one value: raw, JSON and HTML escapes, base64, basic-auth."""
+def _plain_forms(value: str) -> set[str]:
+    """Case-sensitive forms without a common marker: raw, JSON and HTML escapes."""
     forms = {value, html.escape(value), html.escape(value, quote=False)}
-    forms.add("".join(f"&#{ord(c)};" for c in value))
     for ensure_ascii in (True, False):
         escaped = json.dumps(value, ensure_ascii=ensure_ascii)[1:-1]
         forms.update((escaped, escaped.replace("/", "\\/")))
-    if value.isascii():
-        for codec in ("utf-16-le", "utf-16-be"):
-            forms.add(value.encode(codec).decode("latin-1"))
-    return forms | _base64_forms(value, usernames)
+    return forms
 
 
 def _url_forms(value: str) -> set[str]:
-    """URL-encoded forms of one value, lower-cased (searched case-insensitively)."""
+    """URL-encoded forms of one value, once and twice, lower-cased."""
     once = {
         quote(value, safe=""),
         quote(value, safe="/"),
@@ -135,14 +138,25 @@ def _url_forms(value: str) -> set[str]:
     return {form.translate(_ASCII_LOWER) for form in once | twice if form != value}
 
 
-def _caseless_forms(value: str) -> set[str]:
-    """Hex spellings of one value's UTF-8 bytes, lower-cased (searched case-insensitively)."""
+def _families(value: str, usernames: Sequence[str]) -> list[_Family]:
+    """Every form of one value as (view, gate, forms): a form can only occur in a text
+    whose view contains the gate (``""``: no gate), so whole families are skipped cheaply."""
     data = value.encode("utf-8")
-    return {
-        data.hex(),
-        "".join(f"\\x{byte:02x}" for byte in data),
-        "".join(f"&#x{ord(c):x};" for c in value),
-    }
+    url = _url_forms(value)
+    families: list[_Family] = [
+        ("raw", "", _plain_forms(value)),
+        ("raw", "&#", {"".join(f"&#{ord(c)};" for c in value)}),
+        ("lower", "", {data.hex()}),
+        ("lower", "\\x", {"".join(f"\\x{byte:02x}" for byte in data)}),
+        ("lower", "&#x", {"".join(f"&#x{ord(c):x};" for c in value)}),
+        ("lower", "%", {form for form in url if "%" in form}),
+        ("lower", "+", {form for form in url if "%" not in form}),
+        ("squeezed", "", _base64_forms(value, usernames)),
+    ]
+    if value.isascii():  # UTF-16 text read as Latin-1 (bytes get the real encodings)
+        utf16 = {value.encode(codec).decode("latin-1") for codec in ("utf-16-le", "utf-16-be")}
+        families.append(("raw", "\x00", utf16))
+    return families
 
 
 def _bytes_only_forms(value: str) -> set[bytes]:
@@ -242,42 +256,55 @@ _BYTES: Final[_Kind[bytes]] = _Kind(
 
 
 @dataclass(frozen=True, slots=True)
-class _FormSet(Generic[_S]):
-    """Every form of every value, for one haystack type, grouped by how it is searched.
+class _Group(Generic[_S]):
+    """Forms searched in one view of the text, only when the view contains ``gate``."""
 
-    Attributes:
-        kind: the constants of the haystack type.
-        plain: (form, period) pairs searched as they are.
-        caseless: lower-cased; searched in an ASCII-lower-cased view (hex spellings).
-        url: lower-cased; searched in that view only when the text has ``%`` or ``+``.
-        wrapped: base64 forms, also searched in a view without CR and LF.
-    """
+    view: View
+    gate: _S
+    forms: tuple[tuple[_S, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _FormSet(Generic[_S]):
+    """Every form of every value, for one haystack type, grouped by view and gate."""
 
     kind: _Kind[_S]
-    plain: tuple[tuple[_S, int], ...]
-    caseless: tuple[tuple[_S, int], ...]
-    url: tuple[tuple[_S, int], ...]
-    wrapped: tuple[tuple[_S, int], ...]
+    groups: tuple[_Group[_S], ...]
+
+    @property
+    def count(self) -> int:
+        """How many distinct forms there are."""
+        return sum(len(group.forms) for group in self.groups)
+
+    def forms(self, view: View) -> list[_S]:
+        """Every form searched in ``view`` (for tests and reference models)."""
+        return [form for group in self.groups if group.view == view for form, _ in group.forms]
 
     def spans(self, haystack: _S) -> list[tuple[int, int]]:
         """Every span of ``haystack`` covered by some occurrence of some form."""
         kind = self.kind
+        views: dict[View, _S] = {"raw": haystack}
+        breaks = kind.lf in haystack or kind.cr in haystack
         found: list[tuple[int, int]] = []
-        for form, period in self.plain:
-            _spans(haystack, form, period, found)
-        with_url = bool(self.url) and (kind.percent in haystack or kind.plus in haystack)
-        if self.caseless or with_url:
-            lowered = kind.lower(haystack)
-            for form, period in self.caseless + (self.url if with_url else ()):
-                _spans(lowered, form, period, found)
-        if self.wrapped and (kind.lf in haystack or kind.cr in haystack):
-            squeezed = haystack.replace(kind.cr, kind.empty).replace(kind.lf, kind.empty)
-            wrapped: list[tuple[int, int]] = []
-            for form, period in self.wrapped:
-                _spans(squeezed, form, period, wrapped)
-            if wrapped:
-                found += _unsqueeze(haystack, wrapped, kind.breaks)
+        wrapped: list[tuple[int, int]] = []
+        for group in self.groups:
+            view = views.get(group.view)
+            if view is None:
+                view = views[group.view] = self._view(haystack, group.view)
+            if group.gate and group.gate not in view:
+                continue
+            into = wrapped if group.view == "squeezed" and breaks else found
+            for form, period in group.forms:
+                _spans(view, form, period, into)
+        if wrapped:
+            found += _unsqueeze(haystack, wrapped, kind.breaks)
         return found
+
+    def _view(self, haystack: _S, view: View) -> _S:
+        kind = self.kind
+        if view == "lower":
+            return kind.lower(haystack)
+        return haystack.replace(kind.cr, kind.empty).replace(kind.lf, kind.empty)
 
     def redact(self, haystack: _S) -> _S:
         """``haystack`` with the union of :meth:`spans` replaced by the marker."""
@@ -285,6 +312,15 @@ class _FormSet(Generic[_S]):
         if not spans:
             return haystack
         return _replace_spans(haystack, spans, self.kind.marker, self.kind.join)
+
+
+def _form_set(kind: _Kind[_S], families: dict[tuple[View, _S], set[_S]]) -> _FormSet[_S]:
+    groups = tuple(
+        _Group(view, gate, _sorted_forms(forms))
+        for (view, gate), forms in sorted(families.items(), key=lambda item: (item[0][0], item[0][1]))
+        if any(forms)
+    )
+    return _FormSet(kind, groups)
 
 
 def _unsqueeze(haystack: _S, spans: list[tuple[int, int]], breaks: re.Pattern[_S]) -> list[tuple[int, int]]:
@@ -332,36 +368,22 @@ class Redactor:
 
     def __init__(self, values: Iterable[str | SecretValue], *, basic_usernames: Iterable[str] = ()) -> None:
         users = [_require_str(name, "basic username") for name in basic_usernames]
-        plain: set[str] = set()
-        caseless: set[str] = set()
-        url: set[str] = set()
-        wrapped: set[str] = set()
-        only_bytes: set[bytes] = set()
+        text: dict[tuple[View, str], set[str]] = {}
+        data: dict[tuple[View, bytes], set[bytes]] = {}
         count = 0
         for item in values:
             value = _reveal(item)
             if not value:
                 continue
             count += 1
-            plain |= _plain_forms(value, users)
-            caseless |= _caseless_forms(value)
-            url |= _url_forms(value)
-            wrapped |= _base64_forms(value, users)
-            only_bytes |= _bytes_only_forms(value)
-        text_forms = _FormSet(
-            _STR, _sorted_forms(plain), _sorted_forms(caseless), _sorted_forms(url), _sorted_forms(wrapped)
-        )
-        byte_forms = _FormSet(
-            _BYTES,
-            _sorted_forms(_encoded(plain) | only_bytes),
-            _sorted_forms(_encoded(caseless)),
-            _sorted_forms(_encoded(url)),
-            _sorted_forms(_encoded(wrapped)),
-        )
+            for view, gate, forms in _families(value, users):
+                text.setdefault((view, gate), set()).update(forms)
+                data.setdefault((view, gate.encode("utf-8")), set()).update(_encoded(forms))
+            data.setdefault(("raw", b"\x00"), set()).update(_bytes_only_forms(value))
         set_ = object.__setattr__
         set_(self, "_count", count)
-        set_(self, "_str", text_forms)
-        set_(self, "_bytes", byte_forms)
+        set_(self, "_str", _form_set(_STR, text))
+        set_(self, "_bytes", _form_set(_BYTES, data))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Redactor is immutable")
@@ -370,9 +392,7 @@ class Redactor:
         raise AttributeError("Redactor is immutable")
 
     def __repr__(self) -> str:
-        forms = self._str
-        total = len(forms.plain) + len(forms.caseless) + len(forms.url)
-        return f"Redactor(<{self._count} secrets, {total} forms>)"
+        return f"Redactor(<{self._count} secrets, {self._str.count} forms>)"
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("Redactor holds secret values and cannot be pickled")

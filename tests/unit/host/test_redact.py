@@ -294,7 +294,7 @@ def test_raw_redaction_matches_the_union_of_all_occurrences(secrets: list[str], 
     # Alphabet "abc" has no base64/URL/JSON forms of its own that could appear in the text
     # except the raw ones, so the union of raw occurrences is the exact expectation.
     redactor = Redactor(secrets)
-    forms = [f for f, _ in redactor._str.plain if set(f) <= set("abc")]
+    forms = [f for f in redactor._str.forms("raw") if set(f) <= set("abc")]
     assert redactor.text(text) == _reference(text, forms)
     assert redactor.bytes(text.encode()) == _reference(text, forms).encode()
 
@@ -383,10 +383,10 @@ def _wrapped_reference(text: str, redactor: Redactor) -> str:
     """Brute force: every form at every start, base64 forms allowed to skip CR/LF."""
     covered = [False] * len(text)
     lowered = text.lower()
-    groups = [(text, redactor._str.plain, False), (lowered, redactor._str.caseless, False),
-              (lowered, redactor._str.url, False), (text, redactor._str.wrapped, True)]
+    groups = [(text, redactor._str.forms("raw"), False), (lowered, redactor._str.forms("lower"), False),
+              (text, redactor._str.forms("squeezed"), True)]
     for haystack, forms, skip_breaks in groups:
-        for form, _ in forms:
+        for form in forms:
             for start in range(len(haystack)):
                 i, j = start, 0
                 while j < len(form) and i < len(haystack):
