@@ -18,10 +18,11 @@ Invariants:
   returns that is not an IP address is ``blocked_address`` (fail closed). DNS failures
   raise :class:`~host.errors.EgressUnreachable` (code ``EGRESS_UNREACHABLE``, a subclass
   of ``EgressDenied``): the name may be fine, the network was not.
-* With a ``deadline``, the resolver runs in a worker thread that is abandoned when the
-  deadline passes (``dns_timeout``; ``getaddrinfo`` cannot be interrupted). At most
+* With a ``deadline``, the resolver runs in a pooled worker thread that is abandoned when
+  the deadline passes (``dns_timeout``; ``getaddrinfo`` cannot be interrupted). At most
   :data:`MAX_PENDING_LOOKUPS` such threads exist per process, abandoned ones included;
-  beyond that a lookup is refused at once (``dns_busy``) instead of queueing.
+  beyond that a lookup is refused at once (``dns_busy``) instead of queueing
+  (:mod:`host.egress._lookups`).
 * Only the first :data:`MAX_DNS_ANSWERS` answers are considered (the rest are never
   vetted, so never pinned, so never connected to); duplicates are removed in linear time.
 
@@ -42,13 +43,12 @@ from __future__ import annotations
 import itertools
 import re
 import socket
-import threading
 import time
-import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from host.egress._lookups import LookupBusy, LookupPool, LookupTimeout
 from host.egress.addresses import canonical_address, is_loopback_address, is_public_address
 from host.egress.urls import (
     DenyReason,
@@ -85,7 +85,7 @@ MAX_DNS_ANSWERS: Final = 64  # answers of one resolution considered; the rest ar
 MAX_PENDING_LOOKUPS: Final = 32  # resolver threads alive per process, abandoned ones included
 
 _METHOD = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
-_lookup_slots = threading.BoundedSemaphore(MAX_PENDING_LOOKUPS)
+_lookups = LookupPool(MAX_PENDING_LOOKUPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,35 +352,16 @@ def _answers(host: str, resolver: Resolver) -> list[object]:
 
 
 def _resolve_within(host: str, resolver: Resolver, deadline: float) -> list[object]:
-    """Run the resolver in a daemon thread; abandon it when ``deadline`` passes."""
+    """Run the resolver in a pooled worker thread; abandon it when ``deadline`` passes."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise _unreachable("dns_timeout", f"no time left to resolve {host}")
-    if not _lookup_slots.acquire(blocking=False):
-        raise _unreachable("dns_busy", f"too many DNS lookups pending; {host} was not resolved")
-    outcome: list[tuple[bool, object]] = []
-    done = threading.Event()
-
-    def work() -> None:
-        try:
-            outcome.append((True, _answers(host, resolver)))
-        except BaseException as exc:  # handed to the waiting thread, re-raised there
-            outcome.append((False, exc))
-        finally:
-            _lookup_slots.release()
-            done.set()
-
     try:
-        threading.Thread(target=work, name="stockade-dns", daemon=True).start()
-    except RuntimeError:
-        _lookup_slots.release()
-        raise _unreachable("dns_busy", f"cannot start a DNS lookup for {host}") from None
-    if not done.wait(remaining):
-        raise _unreachable("dns_timeout", f"{host} did not resolve before the deadline")
-    ok, value = outcome[0]
-    if not ok:
-        raise typing.cast(BaseException, value)
-    return typing.cast(list[object], value)
+        return _lookups.run(lambda: _answers(host, resolver), timeout=remaining)
+    except LookupBusy:
+        raise _unreachable("dns_busy", f"too many DNS lookups pending; {host} was not resolved") from None
+    except LookupTimeout:
+        raise _unreachable("dns_timeout", f"{host} did not resolve before the deadline") from None
 
 
 def _resolve_once(host: str, resolver: Resolver, deadline: float | None) -> list[object]:

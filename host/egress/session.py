@@ -15,7 +15,8 @@ redacted. Steps, in order, for each request:
 3. + 4. Normalization and allowlist (``EgressPolicy.check``): ``denied`` with the policy's
    reason (``invalid-request`` for a malformed URL); then credential-like query parameter
    names are refused (``denied``).
-5. DNS (``EgressPolicy.vet``): resolved once, under the request deadline (a worker
+5. DNS (``EgressPolicy.vet``): resolved once per host per call (later requests of the
+   call reuse the vetted answer), under the request deadline (a worker
    thread abandoned when it passes: ``timeout``); a failed lookup is ``network``
    (outcome ``network:dns_failure``), never ``denied``: it is not a policy decision. The
    transport connects only to the vetted addresses (:mod:`host.egress.transport`), TLS
@@ -110,6 +111,7 @@ __all__ = [
 
 MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
 MAX_RESPONSE_HEADERS: Final = 256  # header lines of one response (issue 18.5)
+_MAX_VETTED_HOSTS: Final = 64  # hosts whose vetted answer one call remembers
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _UNSAFE_LOCATION: Final = re.compile(r"[\x00-\x20\x7f]")  # controls, space (urljoin strips some)
 _DEFAULT_HEADERS: Final = (
@@ -253,6 +255,7 @@ class EgressSession:
         # Close pooled sockets even if the owner forgets close() (no ResourceWarning).
         self._finalizer = weakref.finalize(self, self._transport.close)
         self._calls = 0
+        self._vetted: dict[str, tuple[str, ...]] = {}
         self._records: list[RequestRecord] = []
         self._over_budget_recorded = False
 
@@ -411,9 +414,7 @@ class EgressSession:
         deadline: float,
     ) -> httpx.Response:
         try:
-            addresses = self._policy.vet(
-                target, self._resolver, allow_loopback=self._allow_loopback, deadline=deadline
-            )
+            addresses = self._vet(target, deadline)
             url = target.normalized()
             injections = self._router.inject(self._router.match(url), self._staged)
             send_url, send_headers = apply_injections(url, headers, injections)
@@ -457,6 +458,23 @@ class EgressSession:
                 "network:response_invalid",
             )
         return response
+
+    def _vet(self, target: EgressTarget, deadline: float) -> tuple[str, ...]:
+        """``policy.vet`` once per host per call: later requests reuse the vetted answer.
+
+        The answer is what the connection is pinned to anyway; reusing it within one call
+        keeps one name on one set of addresses for the whole call (no rebinding between
+        requests) and spares a lookup (a worker-thread hand-off) per request.
+        """
+        cached = self._vetted.get(target.host)
+        if cached is not None:
+            return cached
+        addresses = self._policy.vet(
+            target, self._resolver, allow_loopback=self._allow_loopback, deadline=deadline
+        )
+        if len(self._vetted) < _MAX_VETTED_HOSTS:
+            self._vetted[target.host] = addresses
+        return addresses
 
     def _finish(self, response: httpx.Response, deadline: float, hop: _Hop) -> HttpResponse:
         try:
