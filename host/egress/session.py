@@ -11,19 +11,21 @@ redacted. Steps, in order, for each request:
    follows (at most 3 per request): ``max_http_requests`` bounds what reaches servers.
    A body over ``http.max_request_bytes`` is ``too-large``.
 2. Hygiene (:mod:`host.egress.hygiene`): method token, header syntax and size
-   (``invalid-request``), host-owned and credential-like headers (``denied``).
+   (``invalid-request``), host-owned, re-routing and credential-like headers, names
+   compared case-folded with ``_`` as ``-`` (``denied``).
 3. + 4. Normalization and allowlist (``EgressPolicy.check``): ``denied`` with the policy's
    reason (``invalid-request`` for a malformed URL); then credential-like query parameter
    names are refused (``denied``).
 5. DNS (``EgressPolicy.vet``): resolved once per host per call (later requests of the
-   call reuse the vetted answer), under the request deadline (a worker
-   thread abandoned when it passes: ``timeout``); a failed lookup is ``network``
+   call reuse the vetted answer), under the request deadline (a worker thread abandoned
+   when it passes: ``timeout``); a failed lookup is ``network``
    (outcome ``network:dns_failure``), never ``denied``: it is not a policy decision. The
    transport connects only to the vetted addresses (:mod:`host.egress.transport`), TLS
    still verifying the host name.
 6. Credentials (:mod:`host.egress.router`): this package's mappings only. A required
    secret that is missing is ``credential-unavailable`` (detail: the secret's name);
-   two mappings writing one location are ``denied`` ("credential conflict").
+   two mappings writing one location, or a guest header or query parameter that is an
+   injected one in another spelling, are ``denied`` ("credential conflict").
 7. Send an ``httpx.Request`` straight to the transport (no ``httpx.Client``: nothing
    from the environment, no proxies, no automatic redirects, no cookie jar). Timeout:
    min(guest ``timeout_ms``, the call's remaining time, the manifest's
@@ -34,8 +36,8 @@ redacted. Steps, in order, for each request:
    counted against the budget; a ``Location`` with whitespace or a control character, or
    one that is not a parseable URL, is ``denied`` (``invalid_redirect``, recorded); each
    hop is re-checked from step 3 (normalization, allowlist, credential-like query
-   parameters, DNS), every header of the previous
-   hop is dropped (the guest's too), credentials are routed again for the new
+   parameters, DNS), every header of the previous hop is dropped (the guest's too),
+   credentials are routed again for the new
    destination only; 301/302/303 become GET (HEAD stays HEAD) without body, 307/308 keep
    method and body. A ``Location`` that carries a staged secret (in any form the redactor
    knows) is refused, so a query credential never follows a redirect. A 4th redirect is
@@ -51,7 +53,8 @@ redacted. Steps, in order, for each request:
     host, normalized path (never the query), status, body bytes each way, duration and
     an outcome such as ``ok``, ``redirect``, ``too-large`` or ``denied:host_not_allowed``.
 
-Failures map as: ``EgressDenied`` → ``denied`` (``invalid-request`` for the reasons in
+Failures map as: ``EgressUnreachable`` → ``timeout`` (``dns_timeout``) or ``network``;
+``EgressDenied`` → ``denied`` (``invalid-request`` for the reasons in
 :data:`~host.egress.hygiene.INVALID_REQUEST_REASONS`); ``CredentialUnavailable`` →
 ``credential-unavailable``; httpx timeouts → ``timeout``; other transport, TLS and
 protocol errors → ``network``.

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from host.config import HostConfig
 from host.egress.port import HttpFailure, HttpResponse
+from host.runtime import Runtime
+from tests.support import wat
 from tests.support.egress_session import FakeResolver, allow, bearer, get, make_session, mapping, request
 from tests.support.servers import Exchange, ServerSet, echo, redirect
 
@@ -329,3 +333,19 @@ def test_open_redirect_cannot_deliver_credential_query_params(servers: ServerSet
     assert isinstance(result, HttpFailure) and result.kind == "denied"
     assert session.usage.requests[-1].outcome == "denied:credential_query"
     assert [r.path for r in api.requests] == ["/v1/open"]
+
+
+def test_malformed_location_reaches_a_real_guest_as_http_error_not_trap(
+    servers: ServerSet, tmp_path: Path
+) -> None:
+    # Issue 18.2: urljoin raising inside the import used to trap the guest (SANDBOX_TRAP).
+    api = servers.new(routes={"/v1/go": redirect("http://[/x", status=307)})
+    runtime = Runtime(HostConfig(state_dir=tmp_path / "state"))
+    try:
+        with make_session(allow=[allow(API, api.port, methods=["POST"])], resolver=_resolver()) as session:
+            result = wat.run_module(runtime, wat.http_component(), input_json=api.url("/v1/go", host=API),
+                                    egress=session)
+    finally:
+        runtime.close()
+    assert result.output == "err:0:redirect refused: the Location is not a valid URL"  # case 0 = denied
+    assert [r.outcome for r in session.usage.requests] == ["redirect", "denied:invalid_redirect"]
