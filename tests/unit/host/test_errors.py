@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import host.errors as errors
@@ -84,3 +86,10 @@ def test_egress_unreachable_is_distinct_from_a_denial_but_caught_with_it() -> No
     exc = EgressUnreachable("slow DNS", reason="dns_timeout")
     assert exc.code == "EGRESS_UNREACHABLE" != EgressDenied.code
     assert isinstance(exc, EgressDenied) and exc.reason == "dns_timeout"
+
+
+def test_readme_error_table_names_every_code() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Error codes") :]
+    missing = [cls.code for cls in all_error_classes() if cls is not StockadeError and f"`{cls.code}`" not in table]
+    assert missing == []
