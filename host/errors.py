@@ -20,6 +20,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
     ├── CredentialUnavailable     CREDENTIAL_UNAVAILABLE  a required secret is missing
     ├── EgressDenied              EGRESS_DENIED           an outbound request broke the egress rules
+    │   └── EgressUnreachable     EGRESS_UNREACHABLE      DNS failed or timed out (not a policy denial)
     ├── SandboxTrap               SANDBOX_TRAP            the guest trapped
     │   ├── SandboxFuelExhausted  SANDBOX_FUEL_EXHAUSTED  ran out of fuel
     │   ├── SandboxTimeout        SANDBOX_TIMEOUT         passed its wall-clock deadline
@@ -58,6 +59,7 @@ __all__ = [
     "CredentialUnavailable",
     "DigestMismatch",
     "EgressDenied",
+    "EgressUnreachable",
     "InputInvalid",
     "LockInvalid",
     "LockRollback",
@@ -224,6 +226,19 @@ class EgressDenied(StockadeError):
     ) -> None:
         super().__init__(message, hint=hint, reason=reason, **details)
         self.reason = reason
+
+
+class EgressUnreachable(EgressDenied):
+    """The destination could not be resolved in time: a network fact, not a policy denial.
+
+    ``reason`` is ``dns_failure`` (the resolver failed or answered nothing),
+    ``dns_timeout`` (no answer before the request or call deadline) or ``dns_busy`` (too
+    many lookups pending in this process). A subclass of :class:`EgressDenied` so code
+    that catches every ``EgressPolicy.vet`` refusal keeps working; the code differs.
+    """
+
+    code = "EGRESS_UNREACHABLE"
+    default_hint = "Check the destination's DNS; the request can be retried later."
 
 
 class SandboxTrap(StockadeError):

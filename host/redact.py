@@ -17,7 +17,16 @@ Forms covered, for each value ``v`` (its UTF-8 bytes ``b``):
 - base64 *inside a longer base64 blob*: for each of the three byte alignments the run of
   characters determined by the secret's bytes alone (as GitHub Actions masks secrets),
   kept only when at least :data:`MIN_FORM_CHARS` long so short values cannot erase text;
-- basic-auth: base64 of ``username:v`` for every ``basic_usernames`` entry and of ``:v``.
+- basic-auth: base64 of ``username:v`` for every ``basic_usernames`` entry and of ``:v``;
+- hex of ``b`` (upper, lower and mixed case), ``\\xHH`` escapes of ``b``, and hex HTML
+  character references (``&#x73;``, any case) — searched case-insensitively (issue 9.10);
+- HTML: ``html.escape(v)`` and every character as a decimal reference (``&#115;``);
+- double URL-encoding (``quote(quote(v))``, any hex case);
+- UTF-16 (little- and big-endian) of ``v`` in bytes (and its Latin-1 reading in text,
+  for ASCII values);
+- line-wrapped base64: every base64 form above is also searched in a view of the text
+  with CR and LF removed (MIME wraps at 76 columns, PEM at 64), and the matched span,
+  line breaks included, is replaced.
 
 Every occurrence of every form is found, overlapping ones included, and the *union* of the
 matched spans is replaced (adjacent or overlapping spans become one ``[REDACTED]``). This is
@@ -30,10 +39,13 @@ safe, leaking is not). A value of 1-3 characters would erase most text, so
 staged value is therefore never that short in practice. Empty values are ignored.
 
 Cost: one ``str.find``/``bytes.find`` scan per distinct form (C speed), plus one
-length-preserving ASCII lower-casing of the text when it contains ``%`` or ``+`` and some
-value has URL-encoded forms. A hostile, highly repetitive body cannot make it quadratic:
-runs of overlapping matches of a periodic form are measured with slice comparisons.
-With no secrets, every method returns its input unchanged (fast path).
+length-preserving ASCII lower-casing of the text for the case-insensitive forms, plus one
+copy without CR/LF when the text has line breaks. :meth:`Redactor.texts` redacts many
+short texts (response headers) in one pass per form over their concatenation, so its
+cost is linear in their total size, not in their number (issue 18.5). A hostile, highly
+repetitive body cannot make it quadratic: runs of overlapping matches of a periodic form
+are measured with slice comparisons. With no secrets, every method returns its input
+unchanged (fast path).
 
 Example::
 
@@ -46,9 +58,13 @@ Example::
 from __future__ import annotations
 
 import base64
+import bisect
+import html
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, TypeVar, final
+from dataclasses import dataclass
+from typing import Final, Generic, Literal, TypeVar, final
 from urllib.parse import quote, quote_plus
 
 from host.secrets import SecretValue
@@ -85,28 +101,67 @@ def _b64_forms(data: bytes) -> set[str]:
     return forms
 
 
-def _plain_forms(value: str, usernames: Sequence[str]) -> set[str]:
-    """Case-sensitive forms of one value: raw, JSON escapes, base64 and basic-auth."""
-    forms = {value}
-    for ensure_ascii in (True, False):
-        escaped = json.dumps(value, ensure_ascii=ensure_ascii)[1:-1]
-        forms.update((escaped, escaped.replace("/", "\\/")))
-    forms.update(_b64_forms(value.encode("utf-8")))
+View = Literal["raw", "lower", "squeezed"]
+"""Where a family is searched: the text, its ASCII-lower-cased view, or its view without
+CR/LF (the text itself when it has no line break)."""
+
+_Family = tuple[View, str, set[str]]
+
+
+def _base64_forms(value: str, usernames: Sequence[str]) -> set[str]:
+    """Base64 forms of one value (searched across line breaks): value and basic-auth."""
+    forms = _b64_forms(value.encode("utf-8"))
     for username in (*usernames, ""):
         pair = base64.b64encode(f"{username}:{value}".encode()).decode("ascii")
         forms.update((pair, pair.rstrip("=")))
     return forms
 
 
+def _plain_forms(value: str) -> set[str]:
+    """Case-sensitive forms without a common marker: raw, JSON and HTML escapes."""
+    forms = {value, html.escape(value), html.escape(value, quote=False)}
+    for ensure_ascii in (True, False):
+        escaped = json.dumps(value, ensure_ascii=ensure_ascii)[1:-1]
+        forms.update((escaped, escaped.replace("/", "\\/")))
+    return forms
+
+
 def _url_forms(value: str) -> set[str]:
-    """URL-encoded forms of one value, lower-cased (searched case-insensitively)."""
-    forms = {
+    """URL-encoded forms of one value, once and twice, lower-cased."""
+    once = {
         quote(value, safe=""),
         quote(value, safe="/"),
         quote(value, safe=_JS_URI_COMPONENT_SAFE),
         quote_plus(value, safe=""),
     }
-    return {form.translate(_ASCII_LOWER) for form in forms if form != value}
+    twice = {quote(form, safe="") for form in once}
+    return {form.translate(_ASCII_LOWER) for form in once | twice if form != value}
+
+
+def _families(value: str, usernames: Sequence[str]) -> list[_Family]:
+    """Every form of one value as (view, gate, forms): a form can only occur in a text
+    whose view contains the gate (``""``: no gate), so whole families are skipped cheaply."""
+    data = value.encode("utf-8")
+    url = _url_forms(value)
+    families: list[_Family] = [
+        ("raw", "", _plain_forms(value)),
+        ("raw", "&#", {"".join(f"&#{ord(c)};" for c in value)}),
+        ("lower", "", {data.hex()}),
+        ("lower", "\\x", {"".join(f"\\x{byte:02x}" for byte in data)}),
+        ("lower", "&#x", {"".join(f"&#x{ord(c):x};" for c in value)}),
+        ("lower", "%", {form for form in url if "%" in form}),
+        ("lower", "+", {form for form in url if "%" not in form}),
+        ("squeezed", "", _base64_forms(value, usernames)),
+    ]
+    if value.isascii():  # UTF-16 text read as Latin-1 (bytes get the real encodings)
+        utf16 = {value.encode(codec).decode("latin-1") for codec in ("utf-16-le", "utf-16-be")}
+        families.append(("raw", "\x00", utf16))
+    return families
+
+
+def _bytes_only_forms(value: str) -> set[bytes]:
+    """Forms that exist only as bytes: UTF-16 of the value, both byte orders."""
+    return {value.encode("utf-16-le"), value.encode("utf-16-be")}
 
 
 def _smallest_period(form: _S) -> int:
@@ -171,6 +226,124 @@ def _replace_spans(
     return join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class _Kind(Generic[_S]):
+    """The constants of one haystack type (``str`` or ``bytes``)."""
+
+    cr: _S
+    lf: _S
+    percent: _S
+    plus: _S
+    empty: _S
+    marker: _S
+    breaks: re.Pattern[_S]
+    lower: Callable[[_S], _S]
+    join: Callable[[list[_S]], _S]
+
+
+def _lower_str(s: str) -> str:
+    # Length-preserving: str.lower() is, for ASCII text; otherwise only ASCII letters change.
+    return s.lower() if s.isascii() else s.translate(_ASCII_LOWER)
+
+
+_STR: Final[_Kind[str]] = _Kind(
+    "\r", "\n", "%", "+", "", REDACTED, re.compile(r"[\r\n]"), _lower_str, "".join
+)
+# bytes.lower() touches ASCII letters only.
+_BYTES: Final[_Kind[bytes]] = _Kind(
+    b"\r", b"\n", b"%", b"+", b"", _REDACTED_B, re.compile(rb"[\r\n]"), bytes.lower, b"".join
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Group(Generic[_S]):
+    """Forms searched in one view of the text, only when the view contains ``gate``."""
+
+    view: View
+    gate: _S
+    forms: tuple[tuple[_S, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _FormSet(Generic[_S]):
+    """Every form of every value, for one haystack type, grouped by view and gate."""
+
+    kind: _Kind[_S]
+    groups: tuple[_Group[_S], ...]
+
+    @property
+    def count(self) -> int:
+        """How many distinct forms there are."""
+        return sum(len(group.forms) for group in self.groups)
+
+    def forms(self, view: View) -> list[_S]:
+        """Every form searched in ``view`` (for tests and reference models)."""
+        return [form for group in self.groups if group.view == view for form, _ in group.forms]
+
+    def spans(self, haystack: _S) -> list[tuple[int, int]]:
+        """Every span of ``haystack`` covered by some occurrence of some form."""
+        kind = self.kind
+        views: dict[View, _S] = {"raw": haystack}
+        breaks = kind.lf in haystack or kind.cr in haystack
+        found: list[tuple[int, int]] = []
+        wrapped: list[tuple[int, int]] = []
+        for group in self.groups:
+            view = views.get(group.view)
+            if view is None:
+                view = views[group.view] = self._view(haystack, group.view)
+            if group.gate and group.gate not in view:
+                continue
+            into = wrapped if group.view == "squeezed" and breaks else found
+            for form, period in group.forms:
+                _spans(view, form, period, into)
+        if wrapped:
+            found += _unsqueeze(haystack, wrapped, kind.breaks)
+        return found
+
+    def _view(self, haystack: _S, view: View) -> _S:
+        kind = self.kind
+        if view == "lower":
+            return kind.lower(haystack)
+        return haystack.replace(kind.cr, kind.empty).replace(kind.lf, kind.empty)
+
+    def redact(self, haystack: _S) -> _S:
+        """``haystack`` with the union of :meth:`spans` replaced by the marker."""
+        spans = self.spans(haystack)
+        if not spans:
+            return haystack
+        return _replace_spans(haystack, spans, self.kind.marker, self.kind.join)
+
+
+def _form_set(kind: _Kind[_S], families: dict[tuple[View, _S], set[_S]]) -> _FormSet[_S]:
+    groups = tuple(
+        _Group(view, gate, _sorted_forms(forms))
+        for (view, gate), forms in sorted(families.items(), key=lambda item: (item[0][0], item[0][1]))
+        if any(forms)
+    )
+    return _FormSet(kind, groups)
+
+
+def _unsqueeze(haystack: _S, spans: list[tuple[int, int]], breaks: re.Pattern[_S]) -> list[tuple[int, int]]:
+    """Map spans of the CR/LF-free view of ``haystack`` back onto ``haystack`` itself."""
+    # Break i sits just before the character whose index in the view is (its position - i).
+    inserted = [match.start() - i for i, match in enumerate(breaks.finditer(haystack))]
+
+    def original(index: int) -> int:
+        return index + bisect.bisect_right(inserted, index)
+
+    return [(original(start), original(end - 1) + 1) for start, end in spans]
+
+
+def _sorted_forms(forms: Iterable[_S]) -> tuple[tuple[_S, int], ...]:
+    # Longest first: irrelevant for correctness (spans are unioned), kept for stable order.
+    ordered = sorted({f for f in forms if f}, key=lambda f: (-len(f), f))
+    return tuple((form, _smallest_period(form)) for form in ordered)
+
+
+def _encoded(forms: Iterable[str]) -> set[bytes]:
+    return {form.encode("utf-8") for form in forms}
+
+
 @final
 class Redactor:
     """Replaces staged secret values and their derived forms with ``[REDACTED]``.
@@ -187,37 +360,30 @@ class Redactor:
         TypeError: a value or username is not a string (or ``SecretValue``).
     """
 
-    __slots__ = ("_count", "_plain_b", "_plain_s", "_url_b", "_url_s")
+    __slots__ = ("_bytes", "_count", "_str")
 
     _count: int
-    _plain_s: tuple[tuple[str, int], ...]
-    _plain_b: tuple[tuple[bytes, int], ...]
-    _url_s: tuple[tuple[str, int], ...]
-    _url_b: tuple[tuple[bytes, int], ...]
+    _str: _FormSet[str]
+    _bytes: _FormSet[bytes]
 
     def __init__(self, values: Iterable[str | SecretValue], *, basic_usernames: Iterable[str] = ()) -> None:
         users = [_require_str(name, "basic username") for name in basic_usernames]
-        plain: set[str] = set()
-        url: set[str] = set()
+        text: dict[tuple[View, str], set[str]] = {}
+        data: dict[tuple[View, bytes], set[bytes]] = {}
         count = 0
         for item in values:
             value = _reveal(item)
             if not value:
                 continue
             count += 1
-            plain |= _plain_forms(value, users)
-            url |= _url_forms(value)
-        plain.discard("")
-        url.discard("")
-        # Longest first: irrelevant for correctness (spans are unioned), kept for stable order.
-        plain_s = sorted(plain, key=lambda f: (-len(f), f))
-        url_s = sorted(url, key=lambda f: (-len(f), f))
+            for view, gate, forms in _families(value, users):
+                text.setdefault((view, gate), set()).update(forms)
+                data.setdefault((view, gate.encode("utf-8")), set()).update(_encoded(forms))
+            data.setdefault(("raw", b"\x00"), set()).update(_bytes_only_forms(value))
         set_ = object.__setattr__
         set_(self, "_count", count)
-        set_(self, "_plain_s", tuple((f, _smallest_period(f)) for f in plain_s))
-        set_(self, "_url_s", tuple((f, _smallest_period(f)) for f in url_s))
-        set_(self, "_plain_b", _encode_forms(plain_s))
-        set_(self, "_url_b", _encode_forms(url_s))
+        set_(self, "_str", _form_set(_STR, text))
+        set_(self, "_bytes", _form_set(_BYTES, data))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Redactor is immutable")
@@ -226,8 +392,7 @@ class Redactor:
         raise AttributeError("Redactor is immutable")
 
     def __repr__(self) -> str:
-        forms = len(self._plain_s) + len(self._url_s)
-        return f"Redactor(<{self._count} secrets, {forms} forms>)"
+        return f"Redactor(<{self._count} secrets, {self._str.count} forms>)"
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("Redactor holds secret values and cannot be pickled")
@@ -253,16 +418,35 @@ class Redactor:
             raise TypeError(f"Redactor.text expects str, got {type(s).__name__}")
         if self._count == 0 or not s:
             return s
-        spans: list[tuple[int, int]] = []
-        for form, period in self._plain_s:
-            _spans(s, form, period, spans)
-        if self._url_s and ("%" in s or "+" in s):
-            lowered = s.translate(_ASCII_LOWER)  # ASCII only: length-preserving
-            for form, period in self._url_s:
-                _spans(lowered, form, period, spans)
-        if not spans:
-            return s
-        return _replace_spans(s, spans, REDACTED, "".join)
+        return self._str.redact(s)
+
+    def texts(self, items: Sequence[str]) -> list[str]:
+        """Redact many texts at once, in one pass per form over their concatenation.
+
+        For response headers (issue 18.5): thousands of short names and values cost one
+        scan of their total size per form, not one scan per item. The texts are joined
+        with LF, so a secret's base64 split across two items is found like a wrapped one;
+        a match crossing a boundary is redacted on both sides (hiding too much is safe).
+
+        Args:
+            items: the texts, in order.
+
+        Returns:
+            The redacted texts, in the same order.
+
+        Raises:
+            TypeError: an item is not a ``str``.
+        """
+        out = list(items)
+        for item in out:
+            if not isinstance(item, str):
+                raise TypeError(f"Redactor.texts expects str items, got {type(item).__name__}")
+        if self._count == 0 or not out:
+            return out
+        spans = self._str.spans("\n".join(out))
+        if spans:
+            _redact_items(out, sorted(spans))
+        return out
 
     def bytes(self, b: bytes) -> bytes:
         """Return ``b`` with every secret form (UTF-8 encoded) replaced by ``[REDACTED]``.
@@ -281,16 +465,7 @@ class Redactor:
         data = bytes(b)
         if self._count == 0 or not data:
             return data
-        spans: list[tuple[int, int]] = []
-        for form, period in self._plain_b:
-            _spans(data, form, period, spans)
-        if self._url_b and (b"%" in data or b"+" in data):
-            lowered = data.lower()  # bytes.lower() touches ASCII letters only
-            for form, period in self._url_b:
-                _spans(lowered, form, period, spans)
-        if not spans:
-            return data
-        return _replace_spans(data, spans, _REDACTED_B, b"".join)
+        return self._bytes.redact(data)
 
     def json_value(self, v: object) -> object:
         """Return a copy of a JSON-able value with secrets redacted in strings and keys.
@@ -322,9 +497,24 @@ class Redactor:
         raise TypeError(f"Redactor.json_value: {type(v).__name__} is not JSON-able")
 
 
-def _encode_forms(forms: Sequence[str]) -> tuple[tuple[bytes, int], ...]:
-    encoded = dict.fromkeys(form.encode("utf-8") for form in forms)
-    return tuple((form, _smallest_period(form)) for form in encoded)
+def _redact_items(items: list[str], spans: list[tuple[int, int]]) -> None:
+    """Apply sorted spans of ``"\\n".join(items)`` to each item, clipped to its bounds."""
+    first = 0
+    offset = 0
+    for index, item in enumerate(items):
+        end = offset + len(item)
+        while first < len(spans) and spans[first][1] <= offset:
+            first += 1
+        local: list[tuple[int, int]] = []
+        at = first
+        while at < len(spans) and spans[at][0] < end:
+            start, stop = spans[at]
+            if stop > offset:
+                local.append((max(start, offset) - offset, min(stop, end) - offset))
+            at += 1
+        if local:
+            items[index] = _replace_spans(item, local, REDACTED, "".join)
+        offset = end + 1
 
 
 def _require_str(value: object, what: str) -> str:

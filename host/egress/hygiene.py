@@ -17,6 +17,16 @@ and every other reason to ``denied``):
 - host-owned headers (``Host``, framing and hop-by-hop headers such as ``Content-Length``
   and ``Transfer-Encoding``, any ``Proxy-*``) are refused (``forbidden_header``): letting a
   guest set them invites request smuggling;
+- re-routing headers (:data:`REROUTING_HEADERS`: method overrides such as
+  ``X-HTTP-Method-Override``, URL rewrites such as ``X-Original-URL``, ``Forwarded``,
+  any ``X-Forwarded-*``, client-address headers such as ``X-Real-IP``) are refused
+  (``forbidden_header``, issue 9.4): common servers and frameworks honour them and would
+  turn an allowed request into another method, path or origin next to the injected
+  credentials;
+- every header name is compared after case-folding and mapping ``_`` to ``-``
+  (:func:`fold_header_name`): ``Content_Length`` or ``X_Forwarded_For`` is the host-owned
+  header, since many servers (nginx with ``underscores_in_headers``, CGI/WSGI environ
+  keys) treat the two spellings as one;
 - credential-like headers are refused (``credential_header``): the names listed in
   :data:`CREDENTIAL_HEADERS` and any name whose letters and digits contain one of
   :data:`CREDENTIAL_HEADER_WORDS` (``token``, ``secret``, ``password``, ``credential``,
@@ -57,9 +67,12 @@ __all__ = [
     "INVALID_REQUEST_REASONS",
     "MAX_HEADERS",
     "MAX_HEADER_BYTES",
+    "REROUTING_HEADERS",
+    "REROUTING_PREFIXES",
     "check_method",
     "check_query",
     "check_request_headers",
+    "fold_header_name",
     "is_credential_header_name",
     "is_credential_query_name",
     "sanitize_response_headers",
@@ -100,6 +113,20 @@ HOST_OWNED_HEADERS: Final = frozenset(
 )
 """Routing, framing and hop-by-hop headers only the host may write (request smuggling)."""
 
+REROUTING_HEADERS: Final = frozenset(
+    {
+        "x-http-method-override", "x-http-method", "x-method-override", "x-original-method",
+        "x-original-url", "x-rewrite-url", "x-override-url", "x-original-uri",
+        "x-original-host", "x-host", "forwarded", "x-real-ip", "true-client-ip",
+        "x-client-ip", "x-cluster-client-ip", "client-ip", "x-originating-ip", "x-remote-ip",
+        "x-remote-addr", "x-proxyuser-ip",
+    }
+)
+"""Headers that make common servers re-route a request (method, URL, origin): refused."""
+
+REROUTING_PREFIXES: Final = ("x-forwarded-", "proxy-")
+"""Folded header-name prefixes refused like :data:`REROUTING_HEADERS`."""
+
 CREDENTIAL_QUERY_NAMES: Final = frozenset(
     {
         "key", "auth", "oauth", "sig", "pwd", "pass", "jwt", "bearer", "sid", "session",
@@ -126,6 +153,18 @@ _VALUE_RE: Final = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?")
 _NOT_ALNUM_RE: Final = re.compile(r"[^0-9a-z]+")
 
 
+def fold_header_name(name: str) -> str:
+    """The spelling header names are compared in: lower-case, ``_`` mapped to ``-``.
+
+    Args:
+        name: a header name as sent.
+
+    Returns:
+        ``"x-forwarded-for"`` for ``X_Forwarded_For``, ``x-forwarded-for`` and so on.
+    """
+    return name.lower().replace("_", "-")
+
+
 def _squash(name: str) -> str:
     """Lower-case ``name`` and drop everything but ASCII letters and digits."""
     return _NOT_ALNUM_RE.sub("", name.lower())
@@ -140,7 +179,7 @@ def is_credential_header_name(name: str) -> bool:
     Returns:
         True for ``Authorization``, ``X-Api-Key``, ``My-Auth-Thing``, ``Cookie`` and so on.
     """
-    lowered = name.lower()
+    lowered = fold_header_name(name)
     if lowered in CREDENTIAL_HEADERS:
         return True
     squashed = _squash(lowered)
@@ -194,12 +233,18 @@ def _check_header(name: str, value: str) -> None:
             "(no CR, LF, NUL or other control characters, no surrounding whitespace)",
             reason="invalid_header",
         )
-    lowered = name.lower()
-    if lowered in HOST_OWNED_HEADERS or lowered.startswith("proxy-"):
+    folded = fold_header_name(name)
+    if folded in HOST_OWNED_HEADERS or folded.startswith("proxy-"):
         raise EgressDenied(
             f"header {name!r} is set by the host, not by the plugin", reason="forbidden_header"
         )
-    if is_credential_header_name(lowered):
+    if folded in REROUTING_HEADERS or folded.startswith(REROUTING_PREFIXES):
+        raise EgressDenied(
+            f"header {name!r} would make servers re-route the request (method, URL or "
+            "client address); it may not be sent",
+            reason="forbidden_header",
+        )
+    if is_credential_header_name(folded):
         raise EgressDenied(
             f"header {name!r} looks like a credential; credentials are injected by the host "
             "from the manifest's http.credentials",
@@ -274,7 +319,7 @@ def sanitize_response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[
     """
     kept: list[tuple[str, str]] = []
     for name, value in headers:
-        lowered = name.lower()
+        lowered = fold_header_name(name)
         if lowered in _RESPONSE_DROPPED or lowered.startswith("proxy-"):
             continue
         if is_credential_header_name(lowered):

@@ -15,7 +15,16 @@ Invariants:
   private address among public ones refuses the whole request (``blocked_address``),
   because the connection could otherwise be steered to it.
 * A resolver failure or an empty answer is ``dns_failure``; anything the resolver
-  returns that is not an IP address is ``blocked_address`` (fail closed).
+  returns that is not an IP address is ``blocked_address`` (fail closed). DNS failures
+  raise :class:`~host.errors.EgressUnreachable` (code ``EGRESS_UNREACHABLE``, a subclass
+  of ``EgressDenied``): the name may be fine, the network was not.
+* With a ``deadline``, the resolver runs in a pooled worker thread that is abandoned when
+  the deadline passes (``dns_timeout``; ``getaddrinfo`` cannot be interrupted). At most
+  :data:`MAX_PENDING_LOOKUPS` such threads exist per process, abandoned ones included;
+  beyond that a lookup is refused at once (``dns_busy``) instead of queueing
+  (:mod:`host.egress._lookups`).
+* Only the first :data:`MAX_DNS_ANSWERS` answers are considered (the rest are never
+  vetted, so never pinned, so never connected to); duplicates are removed in linear time.
 
 Example::
 
@@ -31,12 +40,15 @@ Deny reasons are the :data:`DenyReason` literal (defined in :mod:`host.egress.ur
 
 from __future__ import annotations
 
+import itertools
 import re
 import socket
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from host.egress._lookups import LookupBusy, LookupPool, LookupTimeout
 from host.egress.addresses import canonical_address, is_loopback_address, is_public_address
 from host.egress.urls import (
     DenyReason,
@@ -48,10 +60,12 @@ from host.egress.urls import (
     normalize_url,
     path_matches,
 )
-from host.errors import EgressDenied
+from host.errors import EgressDenied, EgressUnreachable
 
 __all__ = [
     "ALLOW_ENTRY_FIELDS",
+    "MAX_DNS_ANSWERS",
+    "MAX_PENDING_LOOKUPS",
     "AllowRule",
     "DenyReason",
     "EgressPolicy",
@@ -67,7 +81,11 @@ reported as ``dns_failure``). :func:`system_resolver` is the real one."""
 ALLOW_ENTRY_FIELDS: Final = ("scheme", "host", "port", "path_prefix", "methods")
 """The fields of one manifest ``http.allow`` entry (DESIGN §3)."""
 
+MAX_DNS_ANSWERS: Final = 64  # answers of one resolution considered; the rest are ignored
+MAX_PENDING_LOOKUPS: Final = 32  # resolver threads alive per process, abandoned ones included
+
 _METHOD = re.compile(r"[A-Z][A-Z0-9_-]{0,31}")
+_lookups = LookupPool(MAX_PENDING_LOOKUPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +290,12 @@ class EgressPolicy:
         return EgressTarget.from_normalized(normalized)
 
     def vet(
-        self, target: EgressTarget, resolver: Resolver, *, allow_loopback: bool = False
+        self,
+        target: EgressTarget,
+        resolver: Resolver,
+        *,
+        allow_loopback: bool = False,
+        deadline: float | None = None,
     ) -> tuple[str, ...]:
         """Resolve ``target.host`` once and refuse unless every address is public.
 
@@ -281,20 +304,25 @@ class EgressPolicy:
             resolver: the DNS port, called at most once.
             allow_loopback: TEST ONLY (host setting ``unsafe_allow_loopback``): loopback
                 addresses are accepted too; nothing else is.
+            deadline: ``time.monotonic()`` value by which resolution must answer; the
+                resolver then runs in an abandonable worker thread. ``None``: no bound.
 
         Raises:
-            EgressDenied: ``dns_failure`` if resolution fails or returns nothing;
-                ``blocked_address`` if any address is not public (or not an address).
+            EgressUnreachable: ``dns_failure`` if resolution fails or returns nothing,
+                ``dns_timeout`` past ``deadline``, ``dns_busy`` with too many lookups
+                pending (a subclass of ``EgressDenied``, code ``EGRESS_UNREACHABLE``).
+            EgressDenied: ``blocked_address`` if any considered address is not public
+                (or not an address).
 
         Returns:
             The vetted addresses in canonical text, deduplicated, in answer order: the
             only addresses the transport may connect to.
         """
         if target.host_kind == "dns":
-            answers = _resolve_once(target.host, resolver)
+            answers = _resolve_once(target.host, resolver, deadline)
         else:
             answers = [target.host]
-        vetted: list[str] = []
+        vetted: dict[str, None] = {}
         for answer in answers:
             address = canonical_address(answer) if isinstance(answer, str) else None
             if address is None:
@@ -308,22 +336,47 @@ class EgressPolicy:
                     f"{target.host} is or resolves to a non-public address",
                     address=address,
                 )
-            if address not in vetted:
-                vetted.append(address)
+            vetted[address] = None
         return tuple(vetted)
 
 
-def _resolve_once(host: str, resolver: Resolver) -> list[object]:
+def _unreachable(reason: str, message: str) -> EgressUnreachable:
+    return EgressUnreachable(message, reason=reason)
+
+
+def _answers(host: str, resolver: Resolver) -> list[object]:
+    answers = resolver(host)
+    if isinstance(answers, (str, bytes)):
+        return []
+    return list(itertools.islice(answers, MAX_DNS_ANSWERS))
+
+
+def _resolve_within(host: str, resolver: Resolver, deadline: float) -> list[object]:
+    """Run the resolver in a pooled worker thread; abandon it when ``deadline`` passes."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise _unreachable("dns_timeout", f"no time left to resolve {host}")
     try:
-        answers = resolver(host)
-        listed: list[object] = [] if isinstance(answers, (str, bytes)) else list(answers)
+        return _lookups.run(lambda: _answers(host, resolver), timeout=remaining)
+    except LookupBusy:
+        raise _unreachable("dns_busy", f"too many DNS lookups pending; {host} was not resolved") from None
+    except LookupTimeout:
+        raise _unreachable("dns_timeout", f"{host} did not resolve before the deadline") from None
+
+
+def _resolve_once(host: str, resolver: Resolver, deadline: float | None) -> list[object]:
+    try:
+        if deadline is None:
+            listed = _answers(host, resolver)
+        else:
+            listed = _resolve_within(host, resolver, deadline)
     except EgressDenied:
         raise
     except Exception as exc:
         # The resolver is a port: whatever it raises means "no trustworthy answer".
-        raise _deny("dns_failure", f"could not resolve {host}") from exc
+        raise _unreachable("dns_failure", f"could not resolve {host}") from exc
     if not listed:
-        raise _deny("dns_failure", f"{host} did not resolve to any address")
+        raise _unreachable("dns_failure", f"{host} did not resolve to any address")
     return listed
 
 
@@ -334,19 +387,17 @@ def system_resolver(host: str) -> list[str]:
         host: a normalized DNS name.
 
     Raises:
-        EgressDenied: ``dns_failure`` when resolution fails.
+        EgressUnreachable: ``dns_failure`` when resolution fails.
 
     Returns:
-        The IPv4 and IPv6 addresses, deduplicated, in the resolver's order.
+        The IPv4 and IPv6 addresses, deduplicated (linear time), in the resolver's order.
     """
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
-        raise _deny("dns_failure", f"could not resolve {host}") from exc
-    addresses: list[str] = []
+        raise _unreachable("dns_failure", f"could not resolve {host}") from exc
+    addresses: dict[str, None] = {}
     for family, _type, _proto, _name, sockaddr in infos:
         if family in (socket.AF_INET, socket.AF_INET6):
-            address = str(sockaddr[0])
-            if address not in addresses:
-                addresses.append(address)
-    return addresses
+            addresses[str(sockaddr[0])] = None
+    return list(addresses)

@@ -24,7 +24,11 @@ redirect hop) the router:
    (control characters, non-ASCII) is unavailable too: never a header injection.
 
 A location the host writes must not also come from the guest: a guest header or query
-parameter with the same name refuses the request (``credential_conflict``).
+parameter with the same name refuses the request (``credential_conflict``). Names are
+compared the way servers may read them (issue 18.4): header names case-folded with ``_``
+mapped to ``-`` (``X_Admin_Key`` is ``X-Admin-Key``); query names percent-decoded,
+case-folded, with array suffixes (``appid[]``, ``appid[0]``) removed and everything but
+letters and digits dropped (``APPID``, ``app_id``, ``appid%00`` are ``appid``).
 
 Matching is indexed by literal host, by wildcard suffix and by path prefix, so it costs a
 few dictionary lookups per request however many mappings a package declares.
@@ -297,11 +301,25 @@ def _injection(route: Route, value: str) -> Injection:
     return Injection(route.secret, "header", route.name, text)
 
 
+_ARRAY_SUFFIX_RE: Final = re.compile(r"(?:\[[^\[\]]*\])+$")
+_NOT_ALNUM_RE: Final = re.compile(r"[\W_]+")
+
+
+def _fold_header(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _fold_query(name: str) -> str:
+    """A query parameter name as servers may read it: decoded, case-folded, bare letters."""
+    decoded = unquote_plus(name, errors="replace").casefold()
+    return _NOT_ALNUM_RE.sub("", _ARRAY_SUFFIX_RE.sub("", decoded))
+
+
 def _query_names(query: str) -> set[str]:
     names: set[str] = set()
     for part in re.split(r"[&;]", query):
         if part:
-            names.add(unquote_plus(part.split("=", 1)[0], errors="replace"))
+            names.add(_fold_query(part.split("=", 1)[0]))
     return names
 
 
@@ -323,27 +341,27 @@ def apply_injections(
         The URL to send (with query credentials appended) and the full header list.
     """
     out_headers = list(headers)
-    present = {name.lower() for name, _ in headers}
+    present = {_fold_header(name) for name, _ in headers}
     query = url.query
     query_present = _query_names(query) if query else set()
     for item in injections:
         if item.kind == "header":
-            if item.name.lower() in present:
+            if _fold_header(item.name) in present:
                 raise EgressDenied(
-                    f"header {item.name!r} is written by the host for secret {item.secret!r}; "
-                    "the request may not set it",
+                    f"header {item.name!r} (in any spelling) is written by the host for secret "
+                    f"{item.secret!r}; the request may not set it",
                     reason="credential_conflict",
                 )
-            present.add(item.name.lower())
+            present.add(_fold_header(item.name))
             out_headers.append((item.name, item.value))
             continue
-        if item.name in query_present:
+        if _fold_query(item.name) in query_present:
             raise EgressDenied(
-                f"query parameter {item.name!r} is written by the host for secret "
-                f"{item.secret!r}; the request may not set it",
+                f"query parameter {item.name!r} (in any spelling) is written by the host for "
+                f"secret {item.secret!r}; the request may not set it",
                 reason="credential_conflict",
             )
-        query_present.add(item.name)
+        query_present.add(_fold_query(item.name))
         pair = f"{quote(item.name, safe='')}={quote(item.value, safe='')}"
         query = f"{query}&{pair}" if query else pair
     if query == url.query:

@@ -5,40 +5,56 @@ performs every ``http-request`` of that call. :meth:`EgressSession.send` never r
 a guest mistake: every refusal comes back as an :class:`HttpFailure` whose detail is
 redacted. Steps, in order, for each request:
 
-1. Budget: the ``max_requests``-th + 1 call of :meth:`send` is ``budget-exhausted``.
-   Every call counts, refused ones included (a guest cannot probe the policy for free);
-   redirect hops do not (at most 3 per request, each recorded in the usage).
+1. Budget: at most ``max_requests`` outbound requests per call; one more is
+   ``budget-exhausted``. Every call of :meth:`send` counts, refused ones included (a
+   guest cannot probe the policy for free), and so does every redirect hop the host
+   follows (at most 3 per request): ``max_http_requests`` bounds what reaches servers.
    A body over ``http.max_request_bytes`` is ``too-large``.
 2. Hygiene (:mod:`host.egress.hygiene`): method token, header syntax and size
-   (``invalid-request``), host-owned and credential-like headers (``denied``).
+   (``invalid-request``), host-owned, re-routing and credential-like headers, names
+   compared case-folded with ``_`` as ``-`` (``denied``).
 3. + 4. Normalization and allowlist (``EgressPolicy.check``): ``denied`` with the policy's
    reason (``invalid-request`` for a malformed URL); then credential-like query parameter
    names are refused (``denied``).
-5. DNS (``EgressPolicy.vet``): resolved once; the transport connects only to the vetted
-   addresses (:mod:`host.egress.transport`), TLS still verifying the host name.
+5. DNS (``EgressPolicy.vet``): resolved once per host per call (later requests of the
+   call reuse the vetted answer), under the request deadline (a worker thread abandoned
+   when it passes: ``timeout``); a failed lookup is ``network``
+   (outcome ``network:dns_failure``), never ``denied``: it is not a policy decision. The
+   transport connects only to the vetted addresses (:mod:`host.egress.transport`), TLS
+   still verifying the host name.
 6. Credentials (:mod:`host.egress.router`): this package's mappings only. A required
    secret that is missing is ``credential-unavailable`` (detail: the secret's name);
-   two mappings writing one location are ``denied`` ("credential conflict").
+   two mappings writing one location, or a guest header or query parameter that is an
+   injected one in another spelling, are ``denied`` ("credential conflict").
 7. Send an ``httpx.Request`` straight to the transport (no ``httpx.Client``: nothing
    from the environment, no proxies, no automatic redirects, no cookie jar). Timeout:
    min(guest ``timeout_ms``, the call's remaining time, the manifest's
    ``http.timeout_ms``), one absolute deadline for the request and its redirects,
    enforced on every socket operation. The response is streamed and cut at
    ``http.max_response_bytes`` (``too-large``), also without a Content-Length.
-8. Redirects (301, 302, 303, 307, 308 with one ``Location``): at most 3 hops; each is
-   re-checked from step 3 (normalization, allowlist, DNS), every header of the previous
-   hop is dropped (the guest's too), credentials are routed again for the new
+8. Redirects (301, 302, 303, 307, 308 with one ``Location``): at most 3 hops, each
+   counted against the budget; a ``Location`` with whitespace or a control character, or
+   one that is not a parseable URL, is ``denied`` (``invalid_redirect``, recorded); each
+   hop is re-checked from step 3 (normalization, allowlist, credential-like query
+   parameters, DNS), every header of the previous hop is dropped (the guest's too),
+   credentials are routed again for the new
    destination only; 301/302/303 become GET (HEAD stays HEAD) without body, 307/308 keep
    method and body. A ``Location`` that carries a staged secret (in any form the redactor
    knows) is refused, so a query credential never follows a redirect. A 4th redirect is
    ``denied`` ("too many redirects").
-9. Response: ``Set-Cookie`` and credential-like headers dropped, body decoded and every
-   staged secret form replaced with ``[REDACTED]`` in header names, values and the body.
+9. Response: more than :data:`MAX_RESPONSE_HEADERS` header lines is ``network``
+   (``network:response_invalid``); ``Set-Cookie`` and credential-like headers dropped;
+   the body decoded within bounds (:mod:`host.egress.decoding`: one ``gzip`` or
+   ``deflate`` layer at most, ``too-large`` past the limit or ratio, ``network`` for
+   stacked, unknown or corrupt encodings); every staged secret form replaced with
+   ``[REDACTED]`` in header names, values (one pass over all of them) and the body; the
+   deadline is checked again after redaction (``timeout``).
 10. Usage: one :class:`RequestRecord` per hop sent and per refused request: method,
     host, normalized path (never the query), status, body bytes each way, duration and
     an outcome such as ``ok``, ``redirect``, ``too-large`` or ``denied:host_not_allowed``.
 
-Failures map as: ``EgressDenied`` → ``denied`` (``invalid-request`` for the reasons in
+Failures map as: ``EgressUnreachable`` → ``timeout`` (``dns_timeout``) or ``network``;
+``EgressDenied`` → ``denied`` (``invalid-request`` for the reasons in
 :data:`~host.egress.hygiene.INVALID_REQUEST_REASONS`); ``CredentialUnavailable`` →
 ``credential-unavailable``; httpx timeouts → ``timeout``; other transport, TLS and
 protocol errors → ``network``.
@@ -58,9 +74,10 @@ Example::
 
 from __future__ import annotations
 
+import re
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -69,6 +86,7 @@ from urllib.parse import urljoin
 
 import httpx
 
+from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.egress.hygiene import (
     INVALID_REQUEST_REASONS,
     check_method,
@@ -81,15 +99,24 @@ from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
 from host.egress.router import CredentialMappingLike, CredentialRouter, apply_injections
 from host.egress.transport import Pins, TransportFactory, pinned_transport_factory
 from host.egress.urls import normalize_url
-from host.errors import CredentialUnavailable, EgressDenied
+from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
 from host.redact import Redactor
 from host.secrets import SecretValue
 
-__all__ = ["MAX_REDIRECTS", "EgressSession", "EgressUsage", "HttpLimits", "RequestRecord"]
+__all__ = [
+    "MAX_REDIRECTS",
+    "MAX_RESPONSE_HEADERS",
+    "EgressSession",
+    "EgressUsage",
+    "HttpLimits",
+    "RequestRecord",
+]
 
 MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
+MAX_RESPONSE_HEADERS: Final = 256  # header lines of one response (issue 18.5)
+_MAX_VETTED_HOSTS: Final = 64  # hosts whose vetted answer one call remembers
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
-_DECODABLE: Final = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
+_UNSAFE_LOCATION: Final = re.compile(r"[\x00-\x20\x7f]")  # controls, space (urljoin strips some)
 _DEFAULT_HEADERS: Final = (
     ("Accept", "*/*"),
     ("Accept-Encoding", "identity"),  # so that redaction sees the body as sent
@@ -231,6 +258,7 @@ class EgressSession:
         # Close pooled sockets even if the owner forgets close() (no ResourceWarning).
         self._finalizer = weakref.finalize(self, self._transport.close)
         self._calls = 0
+        self._vetted: dict[str, tuple[str, ...]] = {}
         self._records: list[RequestRecord] = []
         self._over_budget_recorded = False
 
@@ -277,10 +305,13 @@ class EgressSession:
             self._record(hop, refusal.outcome)
             return HttpFailure(refusal.kind, self._redactor.text(refusal.detail))
 
-    def _perform(self, request: HttpRequest, hop: _Hop) -> HttpResponse:
+    def _count_request(self) -> None:
         self._calls += 1
         if self._calls > self._max_requests:
             raise _Refused("budget-exhausted", f"at most {self._max_requests} HTTP requests per call")
+
+    def _perform(self, request: HttpRequest, hop: _Hop) -> HttpResponse:
+        self._count_request()
         body = request.body
         if body is not None and len(body) > self._http.max_request_bytes:
             raise _Refused(
@@ -316,6 +347,7 @@ class EgressSession:
             hop.sent = 0 if body is None else len(body)
             hop.started = time.monotonic()
             target = self._follow(target, location, method, hop)
+            self._count_request()  # issue 18.6: every hop followed is an outbound request
             headers = []  # DESIGN §8 step 8: every header of the previous hop is dropped
 
     # --- steps ---
@@ -327,15 +359,39 @@ class EgressSession:
         return deadline
 
     def _follow(self, current: EgressTarget, location: str, method: str, hop: _Hop) -> EgressTarget:
+        """The next hop's target, with every request-side check of a guest request.
+
+        Never raises anything but :class:`_Refused` (issue 18.2): a ``Location`` with a
+        control character or whitespace is refused rather than repaired (``urljoin``
+        would silently strip TAB/CR/LF), and one ``urljoin`` cannot parse
+        (``http://[/x``) is refused too, both as ``invalid_redirect``.
+        """
+        if _UNSAFE_LOCATION.search(location) is not None:
+            raise _Refused(
+                "denied", "redirect refused: the Location contains whitespace or a control character",
+                "denied:invalid_redirect",
+            )
         if self._redactor.text(location) != location:
             raise _Refused(
                 "denied", "redirect refused: the Location carries a credential",
                 "denied:credential_in_redirect",
             )
         try:
-            return self._check(method, urljoin(current.url, location), hop)
+            joined = urljoin(current.url, location)
+        except ValueError:
+            raise _Refused(
+                "denied", "redirect refused: the Location is not a valid URL", "denied:invalid_redirect"
+            ) from None
+        try:
+            target = self._check(method, joined, hop)
+            check_query(target.query)  # issue 18.3: the same query rules as a guest request
         except EgressDenied as exc:
             raise _denied(exc, redirect=True) from None
+        except ValueError:
+            raise _Refused(
+                "denied", "redirect refused: the Location is not a valid URL", "denied:invalid_redirect"
+            ) from None
+        return target
 
     def _check(self, method: str, url: str, hop: _Hop) -> EgressTarget:
         """``policy.check``; on refusal, still record which host and path were tried."""
@@ -361,10 +417,13 @@ class EgressSession:
         deadline: float,
     ) -> httpx.Response:
         try:
-            addresses = self._policy.vet(target, self._resolver, allow_loopback=self._allow_loopback)
+            addresses = self._vet(target, deadline)
             url = target.normalized()
             injections = self._router.inject(self._router.match(url), self._staged)
             send_url, send_headers = apply_injections(url, headers, injections)
+        except EgressUnreachable as exc:
+            kind: FailureKind = "timeout" if exc.reason == "dns_timeout" else "network"
+            raise _Refused(kind, exc.message, f"{kind}:{exc.reason}") from None
         except EgressDenied as exc:
             raise _denied(exc) from None
         except CredentialUnavailable as exc:
@@ -395,7 +454,30 @@ class EgressSession:
         except httpx.InvalidURL as exc:
             raise _Refused("invalid-request", f"request cannot be sent: {exc}") from None
         hop.status = response.status_code
+        if len(response.headers.raw) > MAX_RESPONSE_HEADERS:
+            response.close()
+            raise _Refused(
+                "network", f"response refused: more than {MAX_RESPONSE_HEADERS} headers",
+                "network:response_invalid",
+            )
         return response
+
+    def _vet(self, target: EgressTarget, deadline: float) -> tuple[str, ...]:
+        """``policy.vet`` once per host per call: later requests reuse the vetted answer.
+
+        The answer is what the connection is pinned to anyway; reusing it within one call
+        keeps one name on one set of addresses for the whole call (no rebinding between
+        requests) and spares a lookup (a worker-thread hand-off) per request.
+        """
+        cached = self._vetted.get(target.host)
+        if cached is not None:
+            return cached
+        addresses = self._policy.vet(
+            target, self._resolver, allow_loopback=self._allow_loopback, deadline=deadline
+        )
+        if len(self._vetted) < _MAX_VETTED_HOSTS:
+            self._vetted[target.host] = addresses
+        return addresses
 
     def _finish(self, response: httpx.Response, deadline: float, hop: _Hop) -> HttpResponse:
         try:
@@ -403,38 +485,59 @@ class EgressSession:
         finally:
             hop.received = response.num_bytes_downloaded
             response.close()
-        redact = self._redactor.text
-        headers = tuple(
-            (redact(name), redact(value))
-            for name, value in sanitize_response_headers(response.headers.multi_items())
-        )
-        result = HttpResponse(response.status_code, headers, self._redactor.bytes(body))
+        kept = sanitize_response_headers(response.headers.multi_items())
+        # One pass per secret form over all names and values (issue 18.5), not one per header.
+        flat = self._redactor.texts([text for pair in kept for text in pair])
+        headers = tuple(zip(flat[0::2], flat[1::2], strict=True))
+        redacted = self._redactor.bytes(body)
+        if time.monotonic() > deadline:
+            raise _Refused("timeout", "the response was not ready before the deadline")
+        result = HttpResponse(response.status_code, headers, redacted)
         self._record(hop, "ok")
         return result
 
     def _read_body(self, response: httpx.Response, deadline: float) -> bytes:
+        """Stream, decode (bounded) and collect the body; issue 9.2 / 18.6 bounds.
+
+        Raw bytes are read with ``iter_raw`` (httpx's own decoders are unbounded) and
+        decoded here by :class:`BodyDecoder`: at most ``limit`` decoded bytes plus one
+        chunk are ever held.
+        """
         limit = self._http.max_response_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise _Refused("too-large", f"response body over {limit} bytes")
-        encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
-        if not all(e in _DECODABLE for e in encodings):
-            raise _Refused("network", "response uses an unsupported content-encoding")
-        chunks: list[bytes] = []
-        total = 0
+        raws: Iterable[bytes]
         try:
-            for chunk in response.iter_bytes():
-                total += len(chunk)
-                if total > limit or response.num_bytes_downloaded > limit:
+            if response.is_stream_consumed:
+                # An in-memory response from a harness transport (httpx.MockTransport):
+                # httpx already decoded it; only the limit applies.
+                decoder, raws = BodyDecoder("identity", limit=limit), (response.content,)
+            else:
+                encodings = response.headers.get_list("content-encoding")
+                decoder, raws = BodyDecoder.for_encodings(encodings, limit=limit), response.iter_raw()
+        except ResponseInvalid as exc:
+            raise _Refused("network", f"response refused: {exc}", "network:response_invalid") from None
+        body = bytearray()
+        try:
+            for raw in raws:
+                if response.num_bytes_downloaded > limit:
                     raise _Refused("too-large", f"response body over {limit} bytes")
+                for piece in decoder.feed(raw):
+                    body += piece
                 if time.monotonic() > deadline:
                     raise _Refused("timeout", "the response did not finish before the deadline")
-                chunks.append(chunk)
+            for piece in decoder.finish():
+                body += piece
+        except BodyTooLarge as exc:
+            raise _Refused("too-large", str(exc)) from None
+        except ResponseInvalid as exc:
+            raise _Refused("network", f"response refused: {exc}", "network:response_invalid") from None
         except httpx.TimeoutException:
             raise _Refused("timeout", "the response did not finish before the deadline") from None
         except httpx.HTTPError as exc:
             raise _Refused("network", f"reading the response failed: {exc}") from None
-        return b"".join(chunks)
+        return bytes(body)
 
     def _record(self, hop: _Hop, outcome: str) -> None:
         if outcome == "budget-exhausted":

@@ -14,6 +14,8 @@ Invariants:
 - every socket operation (connect, TLS handshake, read, write) is bounded by the smaller
   of httpcore's per-operation timeout and the absolute :attr:`Pins.deadline`, so a server
   that trickles bytes cannot hold a request past its deadline;
+- at most :data:`MAX_INFORMATIONAL_RESPONSES` interim (``1xx``) responses before a
+  final one: more is a protocol error (an endless ``103 Early Hints`` stream);
 - no proxies (the pool is built directly, never from the environment), HTTP/1.1 only,
   no retries, certificates verified against the system store plus an optional extra CA
   file.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import ssl
 import time
 import typing
@@ -43,6 +46,7 @@ import httpcore
 import httpx
 
 __all__ = [
+    "MAX_INFORMATIONAL_RESPONSES",
     "PinnedBackend",
     "PinnedTransport",
     "Pins",
@@ -62,6 +66,11 @@ _MAX_CONNECTIONS: Final = 4  # connections one session (one tool call) may hold 
 _KEEPALIVE_EXPIRY: Final = 5.0  # s an idle connection is kept within a session
 
 _SocketOption = Any  # httpcore's SOCKET_OPTION union (not exported by httpcore)
+
+MAX_INFORMATIONAL_RESPONSES: Final = 8  # interim (1xx) responses accepted before a final one
+_HEAD_SCAN_LIMIT: Final = 256 * 1024  # bytes of one head watched (h11's own limit is lower)
+_HEAD_END: Final = re.compile(rb"\r?\n\r?\n")
+_STATUS_LINE: Final = re.compile(rb"[\r\n]*HTTP/\d\.\d +(\d{3})\b")
 
 
 def _host_key(host: str) -> str:
@@ -121,17 +130,68 @@ class Pins:
         return remaining if timeout is None else min(timeout, remaining)
 
 
+class _InformationalCounter:
+    """Counts the interim (1xx) response heads a server sends before its final response.
+
+    httpcore skips every ``1xx`` but ``101`` and reads on, so an endless stream of
+    ``103 Early Hints`` would keep a request busy until its deadline (issue 18.6). The
+    counter watches the bytes read after each request is written, head by head (heads end
+    with an empty line; h11 accepts LF as well as CRLF), and raises
+    ``httpcore.RemoteProtocolError`` past :data:`MAX_INFORMATIONAL_RESPONSES`. It stops
+    watching at the first final head (the body is never scanned).
+    """
+
+    __slots__ = ("_buffer", "_count")
+
+    def __init__(self) -> None:
+        self._buffer: bytearray | None = None
+        self._count = 0
+
+    def request_sent(self) -> None:
+        self._buffer, self._count = bytearray(), 0
+
+    def received(self, data: bytes) -> None:
+        buffer = self._buffer
+        if buffer is None or not data:
+            return
+        buffer += data
+        while True:
+            end = _HEAD_END.search(buffer)
+            if end is None:
+                if len(buffer) > _HEAD_SCAN_LIMIT:
+                    self._buffer = None  # h11 refuses heads this large by itself
+                return
+            status = _STATUS_LINE.match(buffer)
+            if status is None or not 100 <= int(status.group(1)) < 200 or status.group(1) == b"101":
+                self._buffer = None  # the final response: stop watching
+                return
+            self._count += 1
+            if self._count > MAX_INFORMATIONAL_RESPONSES:
+                self._buffer = None
+                raise httpcore.RemoteProtocolError(
+                    f"more than {MAX_INFORMATIONAL_RESPONSES} informational (1xx) responses"
+                )
+            del buffer[: end.end()]
+
+
 class _DeadlineStream(httpcore.NetworkStream):
-    """A network stream whose every operation is bounded by the pins' deadline."""
+    """A network stream whose every operation is bounded by the pins' deadline.
+
+    It also caps the interim responses before each final one (:class:`_InformationalCounter`).
+    """
 
     def __init__(self, inner: httpcore.NetworkStream, pins: Pins) -> None:
         self._inner = inner
         self._pins = pins
+        self._interim = _InformationalCounter()
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._pins.clamp(timeout, httpcore.ReadTimeout))
+        data = self._inner.read(max_bytes, self._pins.clamp(timeout, httpcore.ReadTimeout))
+        self._interim.received(data)
+        return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._interim.request_sent()
         self._inner.write(buffer, self._pins.clamp(timeout, httpcore.WriteTimeout))
 
     def close(self) -> None:

@@ -23,11 +23,24 @@ uses ``http.server`` and costs ~0.5 ms per request, which would hide the overhea
 Routing: ``CredentialRouter.match`` + ``inject`` with 1,000 mappings, (a) on 1,000
 distinct hosts, (b) all on one host with 1,000 distinct path prefixes; median µs.
 Targets: egress ≤ 1.5× plain httpx; routing ≤ 50 µs median.
+
+Edges (issues 9 and 18), each against a baseline measured in the same run:
+
+- **header redaction**: 8 staged secrets; ``Redactor.texts`` over all names and values
+  (one pass per form) vs the former ``Redactor.text`` per name and per value, for 256
+  headers (the cap) and 10,500 (the attack, now refused before redaction);
+- **decoding**: an honest 8 MiB JSON body gzipped, decoded by ``BodyDecoder`` in 64 KiB
+  raw chunks vs one ``zlib.decompress`` call; and the time to refuse a 128 MiB gzip bomb
+  under a 1 MiB limit;
+- **DNS**: ``EgressPolicy.vet`` with a deadline (worker thread) vs without;
+- **body redaction**: ``Redactor.bytes`` of 1 MiB with 8 secrets (every form) vs one
+  ``bytes.find`` per raw secret value (the least any redactor must do).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import socket
 import ssl
@@ -36,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx
 
+from host.egress.decoding import BodyDecoder, BodyTooLarge
 from host.egress.policy import EgressPolicy
 from host.egress.port import HttpRequest, HttpResponse
 from host.egress.router import CredentialRouter
@@ -238,6 +253,85 @@ def bench_routing(n: int) -> dict[str, Any]:
     }
 
 
+def _median_us(fn: Callable[[], Any], n: int) -> float:
+    return _time(fn, n, warmup=3)["median_us"]
+
+
+SECRETS8 = [f"staged-secret-{i:04d}-value" for i in range(8)]
+
+
+def bench_header_redaction(n: int) -> dict[str, Any]:
+    redactor = Redactor(SECRETS8)
+    report: dict[str, Any] = {}
+    for count in (256, 10_500):
+        items = [text for i in range(count) for text in (f"x-h{i}", f"value {i} of the header")]
+        old = _median_us(lambda items=items: [redactor.text(t) for t in items], max(n // 20, 5))
+        new = _median_us(lambda items=items: redactor.texts(items), max(n // 20, 5))
+        report[f"headers_{count}"] = {"per_item_us": old, "one_pass_us": new, "ratio": new / old}
+    return report
+
+
+def bench_decoding() -> dict[str, Any]:
+    payload = b'{"issues": [' + b",".join(b'{"id": %d, "title": "issue %d"}' % (i, i) for i in range(300_000))
+    payload = payload[: 8 * 1024 * 1024]
+    packed = gzip.compress(payload, 6)
+    chunks = [packed[i : i + 65536] for i in range(0, len(packed), 65536)]
+
+    def bounded() -> None:
+        decoder = BodyDecoder("gzip", limit=16 * 1024 * 1024)
+        out = bytearray()
+        for chunk in chunks:
+            for piece in decoder.feed(chunk):
+                out += piece
+        for piece in decoder.finish():
+            out += piece
+
+    one_shot = _median_us(lambda: zlib.decompress(packed, 16 + zlib.MAX_WBITS), 5)
+    ours = _median_us(bounded, 5)
+    report: dict[str, Any] = {
+        "decode_8mib": {"zlib_one_shot_us": one_shot, "bounded_us": ours, "ratio": ours / one_shot}
+    }
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = b"".join(z.compress(b"\0" * 1048576) for _ in range(128)) + z.flush()
+    bomb_chunks = [bomb[i : i + 65536] for i in range(0, len(bomb), 65536)]
+
+    def refuse_bomb() -> None:
+        decoder = BodyDecoder("gzip", limit=1024 * 1024)
+        try:
+            for chunk in bomb_chunks:
+                for _ in decoder.feed(chunk):
+                    pass
+        except BodyTooLarge:
+            return
+        raise RuntimeError("bomb not refused")
+
+    report["gzip_bomb_128mib_refused_us"] = _median_us(refuse_bomb, 5)
+    return report
+
+
+def bench_dns_and_body(n: int) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    policy = EgressPolicy.from_allow([allow(HOST, None, scheme="https")])
+    target = policy.check("GET", f"https://{HOST}/v1/x")
+    resolver = FakeResolver({HOST: ["93.184.216.34"]})
+    direct = _median_us(lambda: policy.vet(target, resolver), n)
+    bounded_dns = _median_us(lambda: policy.vet(target, resolver, deadline=time.monotonic() + 5), n)
+    report["dns_vet"] = {"direct_us": direct, "worker_us": bounded_dns, "ratio": bounded_dns / direct}
+
+    body = (b"lorem ipsum dolor sit amet, " * 40000)[: 1024 * 1024]
+    raw = [secret.encode() for secret in SECRETS8]
+    redactor = Redactor(SECRETS8)
+    floor = _median_us(lambda: [body.find(form) for form in raw], max(n // 10, 10))
+    full = _median_us(lambda: redactor.bytes(body), max(n // 10, 10))
+    report["redact_body_1mib"] = {"raw_find_us": floor, "redactor_us": full, "ratio": full / floor}
+    return report
+
+
+def bench_edges(n: int) -> dict[str, Any]:
+    return {**bench_header_redaction(n), **bench_decoding(), **bench_dns_and_body(n)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=400, help="timed requests per variant")
@@ -249,6 +343,7 @@ def main() -> None:
             "http": bench_http("http", args.n, ca),
             "https": bench_http("https", args.n, ca),
             "routing_1000_mappings": bench_routing(args.n),
+            "edges": bench_edges(args.n),
         }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -262,6 +357,13 @@ def main() -> None:
     print("[routing, 1,000 mappings] median µs (p90)")
     for key, value in report["routing_1000_mappings"].items():
         print(f"  {key:22s} {value['median_us']:9.2f}  ({value['p90_us']:.2f})")
+    print("[edges] median µs")
+    for key, value in report["edges"].items():
+        if isinstance(value, dict):
+            row = "  ".join(f"{k}={v:.2f}" if k == "ratio" else f"{k}={v:.0f}" for k, v in value.items())
+            print(f"  {key:22s} {row}")
+        else:
+            print(f"  {key:22s} {value:.0f}")
 
 
 if __name__ == "__main__":

@@ -308,3 +308,49 @@ def test_wildcard_mapping_matches_one_label_only(servers: ServerSet) -> None:
 
 def test_http_config_fixture_is_a_real_manifest_model() -> None:
     assert isinstance(http_config([allow(API, 8080)]), HttpConfig)
+
+
+# -- issue 18.4: credential names in other spellings collide with the injected one ----------
+
+
+@pytest.mark.parametrize(
+    "name", ["X_Admin_Key", "X-Admin_Key", "x_admin_key", "X-ADMIN-KEY", "x-admin-key"],
+    ids=["all-underscores", "mixed-separators", "lower-underscores", "upper", "lower"],
+)
+def test_guest_header_in_another_spelling_of_injected_header_refused(api: LoopbackServer, name: str) -> None:
+    creds = [mapping("admin", {"type": "header", "name": "X-Admin-Key", "prefix": ""}, [_host(api)])]
+    with make_session(allow=[allow(API, api.port)], credentials=creds, staged={"admin": TOKEN_A},
+                      resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/echo", host=API), headers=[(name, "attacker-key")]))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert "written by the host" in result.detail
+    assert session.usage.requests[0].outcome == "denied:credential_conflict"
+    assert api.requests == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["AppID=attacker", "APPID=attacker", "appid[]=attacker", "appid%00=attacker", "appid[0]=attacker",
+     "app_id=attacker", "%61ppid=attacker", "app%49d=attacker", "appid+=attacker", "page=1;appid=attacker"],
+    ids=["mixed-case", "upper", "array-suffix", "nul-suffix", "indexed-array", "underscore",
+         "percent-encoded-letter", "percent-encoded-upper", "plus-space", "semicolon-separator"],
+)
+def test_guest_query_param_in_another_spelling_of_injected_param_refused(
+    api: LoopbackServer, query: str
+) -> None:
+    creds = [mapping("appid", {"type": "query", "name": "appid"}, [_host(api)])]
+    with make_session(allow=[allow(API, api.port)], credentials=creds, staged={"appid": "real-app-id-0123"},
+                      resolver=_resolver()) as session:
+        result = session.send(get(api.url(f"/v1/echo?{query}", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert session.usage.requests[0].outcome == "denied:credential_conflict"
+    assert api.requests == []
+
+
+def test_other_query_params_beside_an_injected_one_still_pass(api: LoopbackServer) -> None:
+    creds = [mapping("appid", {"type": "query", "name": "appid"}, [_host(api)])]
+    with make_session(allow=[allow(API, api.port)], credentials=creds, staged={"appid": "real-app-id-0123"},
+                      resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/echo?app=1&appids=2&q=appid", host=API)))
+    assert isinstance(result, HttpResponse)
+    assert api.requests[0].query == "app=1&appids=2&q=appid&appid=real-app-id-0123"

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import gzip
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from host.egress.hygiene import MAX_HEADER_BYTES, MAX_HEADERS
 from host.egress.port import HttpFailure, HttpResponse
+from host.egress.session import MAX_RESPONSE_HEADERS
+from host.egress.transport import MAX_INFORMATIONAL_RESPONSES
 from tests.support.egress_session import FakeResolver, allow, get, make_session, request
-from tests.support.servers import LoopbackServer, ServerSet, chunked, echo, respond, trickle
+from tests.support.servers import Exchange, LoopbackServer, ServerSet, chunked, echo, respond, trickle
 
 API = "api.tracker.example"
 MiB = 1024 * 1024
@@ -172,3 +174,73 @@ def test_gzip_bomb_cut_at_decoded_limit(servers: ServerSet) -> None:
         result = session.send(get(api.url("/v1/bomb", host=API)))
     assert len(bomb) < MiB
     assert isinstance(result, HttpFailure) and result.kind == "too-large"
+
+
+# -- issue 18.5 / 18.6: hostile response heads ------------------------------------------------
+
+
+def _early_hints(count: int) -> Callable[[Exchange], None]:
+    """``count`` interim ``103 Early Hints`` heads, then a 200 (a hostile server: endless)."""
+
+    def handler(ex: Exchange) -> None:
+        hint = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+        try:
+            for _ in range(count):
+                ex.raw(hint)
+            ex.respond(200, b"finally")
+        except OSError:
+            ex.close_connection()
+        finally:
+            ex.notes["hints.done"] = True
+
+    return handler
+
+
+def test_endless_early_hints_stream_cut_at_informational_cap(servers: ServerSet) -> None:
+    # 200,000 interim heads keep an uncapped client reading for many seconds (httpcore skips
+    # every 1xx but 101); the cap answers at once, long before the 30 s deadline.
+    api = servers.new(routes={"/v1/hints": _early_hints(200_000)})
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/hints", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "network"
+    assert f"more than {MAX_INFORMATIONAL_RESPONSES} informational (1xx) responses" in result.detail
+    assert session.usage.requests[0].outcome == "network"
+    assert api.wait_note("hints.done") is True
+
+
+@pytest.mark.parametrize("count", [1, MAX_INFORMATIONAL_RESPONSES], ids=["one-hint", "at-cap"])
+def test_a_few_early_hints_are_skipped(servers: ServerSet, count: int) -> None:
+    api = servers.new(routes={"/v1/hints": _early_hints(count)})
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/hints", host=API)))
+    assert isinstance(result, HttpResponse) and (result.status, result.body) == (200, b"finally")
+
+
+def _many_headers(count: int, value: str) -> Callable[[Exchange], None]:
+    def handler(ex: Exchange) -> None:
+        ex.respond(200, b"ok", [(f"X-H{i}", value) for i in range(count)])
+
+    return handler
+
+
+def test_response_header_flood_refused_before_redaction(servers: ServerSet) -> None:
+    # 10,500 headers fit under h11's 100 KiB head limit; with 8 staged secrets, redacting
+    # them one by one cost seconds of host CPU after the read.
+    api = servers.new(routes={"/v1/flood": _many_headers(10_500, "v")})
+    staged = {f"s{i}": f"staged-secret-{i:04d}-value" for i in range(8)}
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver(), staged=staged) as session:
+        result = session.send(get(api.url("/v1/flood", host=API)))
+    assert result == HttpFailure("network", f"response refused: more than {MAX_RESPONSE_HEADERS} headers")
+    assert session.usage.requests[0].outcome == "network:response_invalid"
+
+
+def test_headers_at_the_cap_are_kept_and_redacted(servers: ServerSet) -> None:
+    secret = "staged-secret-0003-value"
+    api = servers.new(routes={"/v1/many": _many_headers(MAX_RESPONSE_HEADERS - 2, f"echo {secret}")})
+    staged = {f"s{i}": f"staged-secret-{i:04d}-value" for i in range(8)}
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver(), staged=staged) as session:
+        result = session.send(get(api.url("/v1/many", host=API)))
+    assert isinstance(result, HttpResponse)
+    echoed = [value for name, value in result.headers if name.lower().startswith("x-h")]
+    assert len(echoed) == MAX_RESPONSE_HEADERS - 2
+    assert set(echoed) == {"echo [REDACTED]"}

@@ -78,12 +78,12 @@ def test_public_looking_name_resolving_to_blocked_address_refused(
     assert api.requests == []
 
 
-def test_unresolvable_name_denied(servers: ServerSet) -> None:
+def test_unresolvable_name_unreachable(servers: ServerSet) -> None:
     api = servers.new(routes={"/v1/echo": echo()})
     with make_session(allow=[allow(API, api.port)], resolver=FakeResolver({})) as session:
         result = session.send(get(api.url("/v1/echo", host=API)))
-    assert isinstance(result, HttpFailure) and result.kind == "denied"
-    assert session.usage.requests[0].outcome == "denied:dns_failure"
+    assert isinstance(result, HttpFailure) and result.kind == "network"  # not a policy denial
+    assert session.usage.requests[0].outcome == "network:dns_failure"
 
 
 def test_backend_never_connects_to_unvetted_host(servers: ServerSet) -> None:
@@ -230,3 +230,26 @@ def test_custom_transport_factory_still_gets_every_policy_check() -> None:
     (only,) = seen
     assert only.headers["Authorization"] == "Bearer tok-mock-0123456789"
     assert pins_given[0].addresses(API, 443) == ("93.184.216.34",)
+
+
+def test_rebinding_between_two_requests_of_one_call_never_reaches_the_new_answer(servers: ServerSet) -> None:
+    # The second lookup would answer a private address; within one call the vetted answer
+    # of the first request is reused, so the name stays on the address first vetted.
+    api = servers.new(routes={"/v1/echo": echo()})
+    resolver = FakeResolver({API: [["127.0.0.1"], ["10.0.0.5"]]})
+    with make_session(allow=[allow(API, api.port)], resolver=resolver) as session:
+        results = [session.send(get(api.url("/v1/echo", host=API))) for _ in range(3)]
+    assert all(isinstance(r, HttpResponse) and r.status == 200 for r in results)
+    assert resolver.calls == [API]
+    assert len(api.requests) == 3
+
+
+def test_failed_lookup_is_not_remembered(servers: ServerSet) -> None:
+    api = servers.new(routes={"/v1/echo": echo()})
+    resolver = FakeResolver({API: [[], ["127.0.0.1"]]})
+    with make_session(allow=[allow(API, api.port)], resolver=resolver) as session:
+        first = session.send(get(api.url("/v1/echo", host=API)))
+        second = session.send(get(api.url("/v1/echo", host=API)))
+    assert isinstance(first, HttpFailure) and first.kind == "network"
+    assert isinstance(second, HttpResponse)
+    assert resolver.calls == [API, API]

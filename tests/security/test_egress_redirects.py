@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from host.config import HostConfig
 from host.egress.port import HttpFailure, HttpResponse
+from host.runtime import Runtime
+from tests.support import wat
 from tests.support.egress_session import FakeResolver, allow, bearer, get, make_session, mapping, request
 from tests.support.servers import Exchange, ServerSet, echo, redirect
 
@@ -250,14 +254,98 @@ def test_fourth_redirect_hop_refused(servers: ServerSet) -> None:
     assert len(api.requests) == 4
 
 
-def test_redirect_hops_each_resolve_and_do_not_consume_budget(servers: ServerSet) -> None:
+def test_redirect_hops_each_resolve_and_consume_budget(servers: ServerSet) -> None:
     files = servers.new(routes={"/x": echo()})
     api = servers.new(routes={"/v1/go": redirect(files.url("/x", host=FILES))})
     resolver = _resolver()
     with make_session(allow=[allow(API, api.port), allow(FILES, files.port)], resolver=resolver,
-                      max_requests=1) as session:
+                      max_requests=2) as session:
         result = session.send(get(api.url("/v1/go", host=API)))
         again = session.send(get(api.url("/v1/go", host=API)))
     assert isinstance(result, HttpResponse)
     assert resolver.calls == [API, FILES]
     assert isinstance(again, HttpFailure) and again.kind == "budget-exhausted"
+    assert len(api.requests) == 1
+
+
+def test_open_redirect_cannot_multiply_requests_past_the_budget(servers: ServerSet) -> None:
+    # Issue 18.6: with hops uncounted, a budget of 1 reached the servers 4 times per call.
+    files = servers.new(routes={"/x": echo()})
+    api = servers.new(routes={"/v1/go": redirect(files.url("/x", host=FILES))})
+    with make_session(allow=[allow(API, api.port), allow(FILES, files.port)], resolver=_resolver(),
+                      max_requests=1) as session:
+        result = session.send(get(api.url("/v1/go", host=API)))
+    assert result == HttpFailure("budget-exhausted", "at most 1 HTTP requests per call")
+    assert files.requests == []
+    assert [(r.outcome, r.host) for r in session.usage.requests] == [
+        ("redirect", API), ("budget-exhausted", FILES)]
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["http://[/x", "//[::1", "http://a]b/", "http://[evil]/", "http://[::1/x", "https://[v1.x]/"],
+    ids=["unclosed-bracket", "scheme-relative-unclosed", "stray-close-bracket", "bracketed-name",
+         "unclosed-ipv6", "ipvfuture"],
+)
+def test_malformed_location_refused_not_crashing(servers: ServerSet, location: str) -> None:
+    api = servers.new(routes={"/v1/go": redirect(location)})
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/go", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert result.detail.startswith("redirect refused")
+    outcomes = [r.outcome for r in session.usage.requests]
+    assert outcomes[0] == "redirect"
+    assert outcomes[1] in ("denied:invalid_redirect", "denied:ip_literal")
+    assert len(api.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["/v1/ec\tho", "/v1/\techo", "/v1/e cho", "/v1/\x7fecho"],
+    ids=["tab-inside", "tab-after-slash", "space", "del"],
+)
+def test_location_with_tab_or_control_refused_not_repaired(servers: ServerSet, location: str) -> None:
+    # urljoin would strip TAB (and CR/LF) and follow "/v1/echo": refuse, never repair. (h11
+    # already refuses CR, LF and other controls in header values and trims outer whitespace.)
+    api = servers.new()
+    raw = location.encode().decode("unicode_escape")
+    api.route("/v1/go", redirect(raw))
+    api.route("/v1/echo", echo())
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/go", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert session.usage.requests[-1].outcome == "denied:invalid_redirect"
+    assert [r.path for r in api.requests] == ["/v1/go"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["access_token=attacker-own-token&api_key=x", "api_key=x", "page=1&client_secret=s", "X-Amz-Signature=abc"],
+    ids=["access-token-and-api-key", "api-key", "client-secret", "aws-signature"],
+)
+def test_open_redirect_cannot_deliver_credential_query_params(servers: ServerSet, query: str) -> None:
+    # Issue 18.3: a guest cannot send these itself; an open redirect must not send them either.
+    api = servers.new()
+    api.route("/v1/open", redirect(f"/v1/echo?{query}"))
+    api.route("/v1/echo", echo())
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/open", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert session.usage.requests[-1].outcome == "denied:credential_query"
+    assert [r.path for r in api.requests] == ["/v1/open"]
+
+
+def test_malformed_location_reaches_a_real_guest_as_http_error_not_trap(
+    servers: ServerSet, tmp_path: Path
+) -> None:
+    # Issue 18.2: urljoin raising inside the import used to trap the guest (SANDBOX_TRAP).
+    api = servers.new(routes={"/v1/go": redirect("http://[/x", status=307)})
+    runtime = Runtime(HostConfig(state_dir=tmp_path / "state"))
+    try:
+        with make_session(allow=[allow(API, api.port, methods=["POST"])], resolver=_resolver()) as session:
+            result = wat.run_module(runtime, wat.http_component(), input_json=api.url("/v1/go", host=API),
+                                    egress=session)
+    finally:
+        runtime.close()
+    assert result.output == "err:0:redirect refused: the Location is not a valid URL"  # case 0 = denied
+    assert [r.outcome for r in session.usage.requests] == ["redirect", "denied:invalid_redirect"]

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import host.errors as errors
-from host.errors import EgressDenied, InputInvalid, StockadeError, all_error_classes
+from host.errors import EgressDenied, EgressUnreachable, InputInvalid, StockadeError, all_error_classes
 
 PINNED_CODES = {
     "StockadeError": "STOCKADE_ERROR",
@@ -19,6 +21,7 @@ PINNED_CODES = {
     "RateLimited": "RATE_LIMITED",
     "CredentialUnavailable": "CREDENTIAL_UNAVAILABLE",
     "EgressDenied": "EGRESS_DENIED",
+    "EgressUnreachable": "EGRESS_UNREACHABLE",
     "SandboxTrap": "SANDBOX_TRAP",
     "SandboxFuelExhausted": "SANDBOX_FUEL_EXHAUSTED",
     "SandboxTimeout": "SANDBOX_TIMEOUT",
@@ -77,3 +80,16 @@ def test_egress_denied_carries_typed_reason() -> None:
     assert exc.code == "EGRESS_DENIED"
     assert exc.details["reason"] == "userinfo"
     assert str(exc) == "EGRESS_DENIED: no"
+
+
+def test_egress_unreachable_is_distinct_from_a_denial_but_caught_with_it() -> None:
+    exc = EgressUnreachable("slow DNS", reason="dns_timeout")
+    assert exc.code == "EGRESS_UNREACHABLE" != EgressDenied.code
+    assert isinstance(exc, EgressDenied) and exc.reason == "dns_timeout"
+
+
+def test_readme_error_table_names_every_code() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Error codes") :]
+    missing = [cls.code for cls in all_error_classes() if cls is not StockadeError and f"`{cls.code}`" not in table]
+    assert missing == []

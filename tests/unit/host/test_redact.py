@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import pickle
 from collections.abc import Callable
@@ -237,7 +238,7 @@ def test_redactor_is_frozen_and_never_shows_its_secrets(redactor: Redactor) -> N
     with pytest.raises(AttributeError):
         redactor._count = 0  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        del redactor._plain_s
+        del redactor._str
     assert SECRET not in repr(redactor) and "secrets" in repr(redactor)
     with pytest.raises(TypeError, match="pickled"):
         pickle.dumps(redactor)
@@ -293,7 +294,7 @@ def test_raw_redaction_matches_the_union_of_all_occurrences(secrets: list[str], 
     # Alphabet "abc" has no base64/URL/JSON forms of its own that could appear in the text
     # except the raw ones, so the union of raw occurrences is the exact expectation.
     redactor = Redactor(secrets)
-    forms = [f for f, _ in redactor._plain_s if set(f) <= set("abc")]
+    forms = [f for f in redactor._str.forms("raw") if set(f) <= set("abc")]
     assert redactor.text(text) == _reference(text, forms)
     assert redactor.bytes(text.encode()) == _reference(text, forms).encode()
 
@@ -310,3 +311,149 @@ def test_any_secret_surrounded_by_any_text_is_gone(secret: str, before: str, aft
     assert secret not in out
     assert REDACTED in out
     assert secret.encode() not in redactor.bytes((before + secret + after).encode())
+
+
+# -- issue 9.10: hex, HTML, double-URL, UTF-16 and line-wrapped base64 echoes -----------------
+
+
+def _mixed_case(text: str) -> str:
+    return "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(text))
+
+
+HEX = SECRET.encode().hex()
+MORE_FORMS: dict[str, str] = {
+    "hex-lower": HEX,
+    "hex-upper": HEX.upper(),
+    "hex-mixed": _mixed_case(HEX),
+    "backslash-x-escapes": "".join(f"\\x{b:02x}" for b in SECRET.encode()),
+    "backslash-x-escapes-upper": "".join(f"\\x{b:02X}" for b in SECRET.encode()),
+    "html-escape": html.escape(SECRET),
+    "html-decimal-references": "".join(f"&#{ord(c)};" for c in SECRET),
+    "html-hex-references-lower": "".join(f"&#x{ord(c):x};" for c in SECRET),
+    "html-hex-references-upper": "".join(f"&#X{ord(c):X};" for c in SECRET),
+    "double-url-encoded": quote(quote(SECRET, safe=""), safe=""),
+    "double-url-encoded-lower-hex": quote(quote(SECRET, safe=""), safe="").lower(),
+    "double-url-encoded-plus": quote(quote_plus(SECRET, safe=""), safe=""),
+}
+
+
+def test_more_forms_under_test_are_all_different() -> None:
+    assert len(set(MORE_FORMS.values()) | set(FORMS.values())) == len(MORE_FORMS) + len(FORMS)
+
+
+@pytest.mark.parametrize("form", list(MORE_FORMS.values()), ids=list(MORE_FORMS))
+def test_secret_echoed_as_hex_html_or_double_url_is_redacted(redactor: Redactor, form: str) -> None:
+    assert redactor.text(f"echo: <{form}> tail") == f"echo: <{REDACTED}> tail"
+    assert redactor.bytes(f"echo: <{form}> tail".encode()) == f"echo: <{REDACTED}> tail".encode()
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be", "utf-16"], ids=["le", "be", "with-bom"])
+def test_secret_echoed_in_utf16_bytes_is_redacted(redactor: Redactor, codec: str) -> None:
+    body = f"echo: <{SECRET}> tail".encode(codec)
+    out = redactor.bytes(body)
+    assert REDACTED.encode() in out
+    assert SECRET.encode(codec.replace("utf-16", "utf-16-le") if codec == "utf-16" else codec) not in out
+
+
+def test_ascii_secret_in_utf16_read_as_latin1_text_is_redacted() -> None:
+    redactor = Redactor(["ascii-secret-42"])
+    text = "x ascii-secret-42 y".encode("utf-16-le").decode("latin-1")
+    assert "ascii-secret-42".encode("utf-16-le").decode("latin-1") not in redactor.text(text)
+
+
+def _wrapped(data: bytes, width: int, newline: str) -> str:
+    flat = base64.b64encode(data).decode()
+    return newline.join(flat[i : i + width] for i in range(0, len(flat), width)) + newline
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("width", [76, 64, 16, 5], ids=["mime-76", "pem-64", "narrow-16", "narrow-5"])
+@pytest.mark.parametrize("offset", range(0, 80, 7), ids=lambda o: f"offset-{o}")
+def test_secret_in_line_wrapped_base64_is_redacted(redactor: Redactor, width: int, newline: str, offset: int) -> None:
+    blob = _wrapped(b"{" * offset + SECRET.encode() + b'"}' + b"." * 40, width, newline)
+    out = redactor.text(blob)
+    assert out == _wrapped_reference(blob, redactor)
+    flat = out.replace("\r", "").replace("\n", "")
+    for alphabet in (_b64, _b64url):
+        assert alphabet(SECRET)[4:-4] not in flat  # no long run of the secret's base64 is left
+    assert redactor.bytes(blob.encode()) == out.encode()
+
+
+def _wrapped_reference(text: str, redactor: Redactor) -> str:
+    """Brute force: every form at every start, base64 forms allowed to skip CR/LF."""
+    covered = [False] * len(text)
+    lowered = text.lower()
+    groups = [(text, redactor._str.forms("raw"), False), (lowered, redactor._str.forms("lower"), False),
+              (text, redactor._str.forms("squeezed"), True)]
+    for haystack, forms, skip_breaks in groups:
+        for form in forms:
+            for start in range(len(haystack)):
+                i, j = start, 0
+                while j < len(form) and i < len(haystack):
+                    if skip_breaks and j and haystack[i] in "\r\n":
+                        i += 1
+                        continue
+                    if haystack[i] != form[j]:
+                        break
+                    i, j = i + 1, j + 1
+                if j == len(form):
+                    covered[start:i] = [True] * (i - start)
+    out, i = [], 0
+    while i < len(text):
+        if covered[i]:
+            while i < len(text) and covered[i]:
+                i += 1
+            out.append(REDACTED)
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    secret=st.text(alphabet="abcXYZ019-_", min_size=8, max_size=16),
+    before=st.binary(max_size=12),
+    breaks=st.lists(st.integers(min_value=0, max_value=60), max_size=4),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_wrapped_base64_redaction_matches_the_brute_force_reference(
+    secret: str, before: bytes, breaks: list[int], newline: str
+) -> None:
+    flat = base64.b64encode(before + secret.encode() + b"!").decode()
+    for at in sorted(set(breaks), reverse=True):
+        flat = flat[:at] + newline + flat[at:]
+    redactor = Redactor([secret])
+    assert redactor.text(flat) == _wrapped_reference(flat, redactor)
+
+
+# -- issue 18.5: many texts in one pass --------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=st.lists(st.text(alphabet="ab%4B", max_size=12), max_size=12))
+def test_texts_equals_text_item_by_item(items: list[str]) -> None:
+    # No form of these secrets can span the LF that joins the items: exact equality.
+    redactor = Redactor(["abab", "ba%41"])
+    assert redactor.texts(items) == [redactor.text(item) for item in items]
+
+
+def test_texts_match_across_a_boundary_is_hidden_on_both_sides() -> None:
+    redactor = Redactor(["wrapped-secret-xyz"])
+    b64 = base64.b64encode(b"wrapped-secret-xyz").decode()
+    out = redactor.texts([b64[:10], b64[10:], "after"])
+    assert out == [REDACTED, REDACTED, "after"]
+
+
+def test_texts_redacts_names_and_values_of_many_headers() -> None:
+    redactor = Redactor(["hdr-secret-0001", "hdr-secret-0002"])
+    items = [f"X-H{i}" if i % 2 == 0 else f"v{i} hdr-secret-000{1 + i % 2}" for i in range(2000)]
+    out = redactor.texts(items)
+    assert out[1] == f"v1 {REDACTED}" and out[2] == "X-H2"
+    assert not any("hdr-secret" in item for item in out)
+
+
+def test_texts_type_checked_and_empty_fast_path() -> None:
+    with pytest.raises(TypeError):
+        Redactor(["x-secret-1"]).texts([b"bytes"])  # type: ignore[list-item]
+    assert Redactor([]).texts(["a", "b"]) == ["a", "b"]

@@ -10,6 +10,7 @@ from host.egress.hygiene import (
     check_method,
     check_query,
     check_request_headers,
+    fold_header_name,
     is_credential_header_name,
     is_credential_query_name,
     sanitize_response_headers,
@@ -149,3 +150,39 @@ def test_response_headers_sanitized() -> None:
     ]
     kept = sanitize_response_headers(headers)
     assert kept == [("Content-Type", "text/plain"), ("X-RateLimit-Remaining", "10"), ("ETag", '"x"')]
+
+
+# -- issue 9.4: re-routing headers and underscore spellings, compared after folding ----------
+
+REROUTING_TABLE = [
+    ("X-HTTP-Method-Override", "forbidden_header"), ("X-HTTP-Method", "forbidden_header"),
+    ("X-Method-Override", "forbidden_header"), ("X-Original-URL", "forbidden_header"),
+    ("X-Rewrite-URL", "forbidden_header"), ("Forwarded", "forbidden_header"),
+    ("X-Forwarded-For", "forbidden_header"), ("X-Forwarded-Host", "forbidden_header"),
+    ("X-Forwarded-Anything", "forbidden_header"), ("X-Real-IP", "forbidden_header"),
+    ("X_Forwarded_For", "forbidden_header"), ("X_Real_Ip", "forbidden_header"),
+    ("x_http_method_override", "forbidden_header"), ("Content_Length", "forbidden_header"),
+    ("Transfer_Encoding", "forbidden_header"), ("HOST", "forbidden_header"),
+    ("Proxy_Authorization", "forbidden_header"), ("X_Api_Key", "credential_header"),
+    ("Set_Cookie", "credential_header"), ("X-Request-Id", None), ("X-Forwarding", None),
+    ("X-Realm", None), ("X-Http-Status-Wanted", None),
+]
+
+
+@pytest.mark.parametrize(("name", "reason"), REROUTING_TABLE, ids=[n for n, _ in REROUTING_TABLE])
+def test_rerouting_and_underscore_spellings_table(name: str, reason: str | None) -> None:
+    if reason is None:
+        check_request_headers([(name, "v")])
+        return
+    with pytest.raises(EgressDenied) as info:
+        check_request_headers([(name, "v")])
+    assert info.value.reason == reason
+
+
+def test_fold_header_name() -> None:
+    assert fold_header_name("X_Forwarded_For") == fold_header_name("x-forwarded-for") == "x-forwarded-for"
+
+
+def test_underscore_spelling_of_dropped_response_header_is_dropped() -> None:
+    kept = sanitize_response_headers([("Set_Cookie", "a=1"), ("Content_Encoding", "gzip"), ("X-Ok", "1")])
+    assert kept == [("X-Ok", "1")]

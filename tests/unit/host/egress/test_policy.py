@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 
-from host.egress.policy import EgressPolicy, EgressTarget, system_resolver
+import host.egress.policy as policy_module
+from host.egress.policy import (
+    MAX_DNS_ANSWERS,
+    MAX_PENDING_LOOKUPS,
+    EgressPolicy,
+    EgressTarget,
+    system_resolver,
+)
 from host.egress.urls import parse_host_pattern
-from host.errors import EgressDenied
+from host.errors import EgressDenied, EgressUnreachable
 
 
 @dataclass
@@ -385,3 +395,80 @@ def test_system_resolver_resolves_loopback_name() -> None:
     addresses = system_resolver("localhost")
     assert addresses
     assert set(addresses) <= {"127.0.0.1", "::1"}
+
+
+# -- issue 18.1 / 18.6: DNS failures are their own code; answers are capped ------------------
+
+
+def test_dns_failure_is_egress_unreachable_not_a_denial(policy: EgressPolicy) -> None:
+    with pytest.raises(EgressUnreachable) as caught:
+        policy.vet(_api_target(policy), RaisingResolver(OSError("NXDOMAIN")))
+    assert caught.value.code == "EGRESS_UNREACHABLE"
+    assert caught.value.reason == "dns_failure"
+
+
+def test_dns_answer_flood_is_capped_and_deduplicated(policy: EgressPolicy) -> None:
+    # 50,000 distinct public answers (quadratic duplicate removal took 26 s): only the first
+    # MAX_DNS_ANSWERS are vetted, so only those can ever be pinned and connected to.
+    flood = [f"93.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}" for i in range(1, 50_001)]
+    vetted = policy.vet(_api_target(policy), lambda host: flood)
+    assert vetted == tuple(flood[:MAX_DNS_ANSWERS])
+
+
+def test_private_answer_beyond_the_cap_is_never_vetted(policy: EgressPolicy) -> None:
+    answers = ["93.184.216.34"] * MAX_DNS_ANSWERS + ["10.0.0.1"]
+    assert policy.vet(_api_target(policy), lambda host: answers) == ("93.184.216.34",)
+    with pytest.raises(EgressDenied):
+        policy.vet(_api_target(policy), lambda host: ["10.0.0.1", *answers])
+
+
+def test_endless_resolver_answer_is_capped(policy: EgressPolicy) -> None:
+    endless = itertools.cycle(["93.184.216.34", "93.184.216.35"])
+    assert policy.vet(_api_target(policy), lambda host: endless, deadline=time.monotonic() + 5) == (
+        "93.184.216.34", "93.184.216.35")
+
+
+def test_resolver_answer_within_deadline_is_used(policy: EgressPolicy) -> None:
+    resolver = FakeResolver({"api.example.com": [["93.184.216.34"]]})
+    assert policy.vet(_api_target(policy), resolver, deadline=time.monotonic() + 5) == ("93.184.216.34",)
+
+
+def test_resolver_failure_in_worker_keeps_its_cause(policy: EgressPolicy) -> None:
+    exc = OSError("no route")
+    with pytest.raises(EgressUnreachable) as caught:
+        policy.vet(_api_target(policy), RaisingResolver(exc), deadline=time.monotonic() + 5)
+    assert caught.value.reason == "dns_failure" and caught.value.__cause__ is exc
+
+
+def test_deadline_already_passed_never_calls_the_resolver(policy: EgressPolicy) -> None:
+    with pytest.raises(EgressUnreachable) as caught:
+        policy.vet(_api_target(policy), _never, deadline=time.monotonic() - 1)
+    assert caught.value.reason == "dns_timeout"
+
+
+def test_hung_lookups_cannot_pile_up_threads(policy: EgressPolicy) -> None:
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def hung(host: str) -> Sequence[str]:
+        started.release()
+        release.wait(10)
+        return ["93.184.216.34"]
+
+    target = _api_target(policy)
+    assert policy_module._lookups.wait_quiet(10)  # no lookup of an earlier test still running
+    try:
+        for _ in range(MAX_PENDING_LOOKUPS):
+            with pytest.raises(EgressUnreachable) as caught:
+                policy.vet(target, hung, deadline=time.monotonic() + 0.01)
+            assert caught.value.reason == "dns_timeout"
+        for _ in range(MAX_PENDING_LOOKUPS):
+            assert started.acquire(timeout=10)
+        with pytest.raises(EgressUnreachable) as caught:
+            policy.vet(target, _never, deadline=time.monotonic() + 5)
+        assert caught.value.reason == "dns_busy"
+    finally:
+        release.set()
+    # Once the hung lookups return, their workers are free again.
+    assert policy_module._lookups.wait_quiet(10)
+    assert policy.vet(target, lambda host: ["93.184.216.34"], deadline=time.monotonic() + 5)
