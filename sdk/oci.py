@@ -241,8 +241,10 @@ class RegistryClient:
         if reference.startswith("sha256:") and not hmac.compare_digest(digest, reference):
             raise DigestMismatch(
                 f"the registry served a manifest with digest {digest} for {path}@{reference}",
-                file="oci-manifest", expected=reference, actual=digest,
-                hint="the registry (or something between) is not serving what was pinned; nothing was written",
+                file="oci-manifest",
+                expected=reference,
+                actual=digest,
+                hint="the registry (or something between) did not serve what was pinned; nothing was written",
             )
         return data, digest
 
@@ -258,7 +260,9 @@ class RegistryClient:
         if not hmac.compare_digest(actual, digest):
             raise DigestMismatch(
                 f"{what} blob of {path} has digest {actual}, the artifact pins {digest}",
-                file=what, expected=digest, actual=actual,
+                file=what,
+                expected=digest,
+                actual=actual,
                 hint="the registry served corrupt or substituted bytes; nothing was written",
             )
         return data
@@ -308,7 +312,8 @@ class RegistryClient:
         if stated is not None and stated != digest:
             raise DigestMismatch(
                 f"the registry stored the manifest as {stated[:80]}, expected {digest}",
-                file="oci-manifest", expected=digest,
+                file="oci-manifest",
+                expected=digest,
             )
         return digest
 
@@ -339,7 +344,7 @@ class RegistryClient:
         raise RegistryRefused(f"more than {MAX_REDIRECTS} redirects fetching the {what}", status=310)
 
     def _redirect_target(self, url: str, response: httpx.Response) -> str:
-        target = urllib.parse.urljoin(url, response.headers.get("location", ""))
+        target = urllib.parse.urljoin(url, str(response.headers.get("location", "")))
         if not target.startswith("https://") and not target.startswith(f"{self._base}/"):
             raise RegistryRefused(
                 f"the registry redirected to a plain-HTTP location ({target.split('?')[0][:120]}); refused",
@@ -347,7 +352,9 @@ class RegistryClient:
             )
         return target
 
-    def _read_body(self, response: httpx.Response, limit: int, what: str, started: float, *, exact: bool) -> bytes:
+    def _read_body(
+        self, response: httpx.Response, limit: int, what: str, started: float, *, exact: bool
+    ) -> bytes:
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise DigestMismatch(
@@ -457,7 +464,9 @@ class RegistryClient:
         except (ValueError, AttributeError):
             token = None
         if not isinstance(token, str) or not token:
-            raise RegistryRefused(f"the token service of {self.registry} sent no token", status=response.status_code)
+            raise RegistryRefused(
+                f"the token service of {self.registry} sent no token", status=response.status_code
+            )
         return SecretValue(token)
 
     def _check(self, response: httpx.Response, what: str) -> None:

@@ -91,7 +91,7 @@ _Annotations = Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Fiel
 class Descriptor(_Model):
     """An OCI content descriptor, as Stockade writes them (no urls, platform or data)."""
 
-    mediaType: str  # noqa: N815 - the OCI field name
+    mediaType: str
     digest: _Digest
     size: Annotated[int, Field(ge=0, le=MAX_MODULE_BYTES)]
     annotations: _Annotations | None = None
@@ -100,9 +100,9 @@ class Descriptor(_Model):
 class ArtifactManifest(_Model):
     """The OCI manifest of a Stockade bundle artifact; anything else is ARTIFACT_INVALID."""
 
-    schemaVersion: Literal[2]  # noqa: N815
-    mediaType: Literal["application/vnd.oci.image.manifest.v1+json"]  # noqa: N815
-    artifactType: Literal["application/vnd.stockade.bundle.v1"]  # noqa: N815
+    schemaVersion: Literal[2]
+    mediaType: Literal["application/vnd.oci.image.manifest.v1+json"]
+    artifactType: Literal["application/vnd.stockade.bundle.v1"]
     config: Descriptor
     layers: Annotated[tuple[Descriptor, ...], Field(min_length=1, max_length=2)]
     annotations: _Annotations
@@ -129,7 +129,9 @@ class ArtifactManifest(_Model):
 
     def _check_layout(self) -> None:
         if self.config.mediaType != CONFIG_MEDIA_TYPE:
-            raise ArtifactInvalid(f"config media type {self.config.mediaType[:80]!r} is not {CONFIG_MEDIA_TYPE}")
+            raise ArtifactInvalid(
+                f"config media type {self.config.mediaType[:80]!r} is not {CONFIG_MEDIA_TYPE}"
+            )
         if self.config.size > MAX_MANIFEST_BYTES:
             raise ArtifactInvalid(f"the manifest blob is {self.config.size} bytes, over {MAX_MANIFEST_BYTES}")
         expected = (MODULE_MEDIA_TYPE, SIGNATURE_MEDIA_TYPE)[: len(self.layers)]
@@ -137,7 +139,9 @@ class ArtifactManifest(_Model):
         if found != expected:
             raise ArtifactInvalid(f"layers {list(found)!r} are not {list(expected)!r}")
         if self.signature is not None and self.signature.size > MAX_SIGNATURE_BYTES:
-            raise ArtifactInvalid(f"the signature blob is {self.signature.size} bytes, over {MAX_SIGNATURE_BYTES}")
+            raise ArtifactInvalid(
+                f"the signature blob is {self.signature.size} bytes, over {MAX_SIGNATURE_BYTES}"
+            )
 
     @property
     def module(self) -> Descriptor:
@@ -162,8 +166,11 @@ class SignatureDocument(_Model):
 
 
 def _descriptor(media_type: str, data: bytes, title: str | None = None) -> dict[str, object]:
-    descriptor: dict[str, object] = {"mediaType": media_type, "digest": "sha256:" + sha256_hex(data),
-                                     "size": len(data)}
+    descriptor: dict[str, object] = {
+        "mediaType": media_type,
+        "digest": "sha256:" + sha256_hex(data),
+        "size": len(data),
+    }
     if title is not None:
         descriptor["annotations"] = {ANNOTATION_TITLE: title}
     return descriptor
@@ -182,7 +189,9 @@ def build_artifact(bundle: Bundle, signature: tuple[str, str] | None) -> tuple[b
     blobs = [bundle.manifest_bytes, bundle.module_bytes]
     layers = [_descriptor(MODULE_MEDIA_TYPE, bundle.module_bytes, "module.wasm")]
     if signature is not None:
-        document = canonical_json({"format": SIGNATURE_FORMAT, "key_id": signature[1], "signature": signature[0]})
+        document = canonical_json(
+            {"format": SIGNATURE_FORMAT, "key_id": signature[1], "signature": signature[0]}
+        )
         blobs.append(document)
         layers.append(_descriptor(SIGNATURE_MEDIA_TYPE, document, "signature.json"))
     package = bundle.manifest.package
@@ -202,7 +211,11 @@ def build_artifact(bundle: Bundle, signature: tuple[str, str] | None) -> tuple[b
 
 
 def push_bundle(
-    client: RegistryClient, reference: OciReference, bundle: Bundle, *, signature: tuple[str, str] | None = None
+    client: RegistryClient,
+    reference: OciReference,
+    bundle: Bundle,
+    *,
+    signature: tuple[str, str] | None = None,
 ) -> str:
     """Upload a bundle artifact and tag it; return the manifest digest (``sha256:…``).
 
@@ -258,12 +271,16 @@ def _fetch_verified(
         raise ValueError("pull_bundle needs a digest-pinned reference")
     oci_bytes, _ = client.get_manifest(reference.path, reference.digest)  # (1)
     artifact = ArtifactManifest.from_json(oci_bytes)  # (2)
-    config = client.get_blob(reference.path, artifact.config.digest, artifact.config.size, "manifest.json")  # (3)
+    config = client.get_blob(
+        reference.path, artifact.config.digest, artifact.config.size, "manifest.json"
+    )  # (3)
     module = client.get_blob(reference.path, artifact.module.digest, artifact.module.size, "module.wasm")
     sig_doc: SignatureDocument | None = None
     files = {"oci-manifest.json": oci_bytes, "manifest.json": config, "module.wasm": module}
     if artifact.signature is not None:
-        raw = client.get_blob(reference.path, artifact.signature.digest, artifact.signature.size, "signature.json")
+        raw = client.get_blob(
+            reference.path, artifact.signature.digest, artifact.signature.size, "signature.json"
+        )
         try:
             sig_doc = SignatureDocument.model_validate_json(raw, strict=True)
         except ValidationError:
@@ -273,11 +290,13 @@ def _fetch_verified(
         manifest = PackageManifest.from_json(config, ceilings=ceilings)  # (4)
     except ManifestInvalid as exc:
         raise ManifestInvalid(
-            f"the artifact's manifest.json is invalid: {exc.message}", problems=exc.details.get("problems", [])
+            f"the artifact's manifest.json is invalid: {exc.message}",
+            problems=exc.details.get("problems", []),
         ) from None
-    if manifest.module.sha256 != sha256_hex(module):
+    module_sha256 = sha256_hex(module)
+    if manifest.module.sha256 != module_sha256:
         raise DigestMismatch(
-            f"manifest.json pins module sha256 {manifest.module.sha256}, the module layer has {sha256_hex(module)}",
+            f"manifest.json pins module sha256 {manifest.module.sha256}, the module layer {module_sha256}",
             file="module.wasm",
         )
     title, version = artifact.annotations.get(ANNOTATION_TITLE), artifact.annotations.get(ANNOTATION_VERSION)
@@ -310,8 +329,12 @@ def _check_signature(
             )
         return False
     trusted_keys.verify(
-        name, version, sha256_hex(files["manifest.json"]), sha256_hex(files["module.wasm"]),
-        signature=sig_doc.signature, key_id=sig_doc.key_id,
+        name,
+        version,
+        sha256_hex(files["manifest.json"]),
+        sha256_hex(files["module.wasm"]),
+        signature=sig_doc.signature,
+        key_id=sig_doc.key_id,
     )
     return True
 
@@ -325,6 +348,7 @@ def pull_bundle(
     trusted_keys: TrustedKeys | None,
     require_signatures: bool,
     ceilings: Ceilings = DEFAULT_CEILINGS,
+    expected_sha256: tuple[str, str] | None = None,
 ) -> PulledBundle:
     """Pull a digest-pinned bundle artifact, verify all of it, then write it atomically.
 
@@ -337,6 +361,8 @@ def pull_bundle(
         trusted_keys: keys to verify a signature layer with (``None``: not verified).
         require_signatures: refuse an artifact without a verified signature.
         ceilings: the host ceilings the manifest must respect.
+        expected_sha256: ``(manifest_sha256, module_sha256)`` a lock pins, checked before
+            writing (``stockade lock fetch``).
 
     Raises:
         ValueError: no digest, or not exactly one destination.
@@ -353,6 +379,8 @@ def pull_bundle(
     verified = _check_signature(
         manifest, files, sig_doc, trusted_keys=trusted_keys, require_signatures=require_signatures
     )
+    if expected_sha256 is not None:
+        _check_expected(files, expected_sha256, manifest.package.name)
     digest = str(reference.digest)
     if out_dir is not None:
         destination, reused = Path(out_dir), False
@@ -365,11 +393,30 @@ def pull_bundle(
         if not reused:
             _install(destination, files)
     return PulledBundle(
-        directory=destination, reference=reference, digest=digest, manifest=manifest,
-        manifest_sha256=sha256_hex(files["manifest.json"]), module_sha256=sha256_hex(files["module.wasm"]),
+        directory=destination,
+        reference=reference,
+        digest=digest,
+        manifest=manifest,
+        manifest_sha256=sha256_hex(files["manifest.json"]),
+        module_sha256=sha256_hex(files["module.wasm"]),
         signature=(sig_doc.signature, sig_doc.key_id) if sig_doc else None,
-        signature_verified=verified, reused=reused,
+        signature_verified=verified,
+        reused=reused,
     )
+
+
+def _check_expected(files: Mapping[str, bytes], expected: tuple[str, str], name: str) -> None:
+    for (file, data), pinned in zip(
+        ((n, files[n]) for n in ("manifest.json", "module.wasm")), expected, strict=True
+    ):
+        if sha256_hex(data) != pinned:
+            raise DigestMismatch(
+                f"{file} of {name} from the registry has sha256 {sha256_hex(data)}, the lock pins {pinned}",
+                package=name,
+                file=file,
+                expected=pinned,
+                actual=sha256_hex(data),
+            )
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -402,7 +449,7 @@ def _install(destination: Path, files: Mapping[str, bytes]) -> None:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-        os.chmod(staging, 0o755)
+        os.chmod(staging, 0o755)  # noqa: S103 - a bundle is public content, like the lock beside it
         fsync_dir(staging)
         old = None
         if os.path.lexists(destination):

@@ -42,8 +42,8 @@ __all__ = [
     "secret_name_for",
 ]
 
-REGISTRY_SECRET_SCOPE: Final = "stockade"
-REGISTRY_SECRET_PRINCIPAL: Final = "registry"
+REGISTRY_SECRET_SCOPE: Final = "stockade"  # noqa: S105 - a scope name, not a secret
+REGISTRY_SECRET_PRINCIPAL: Final = "registry"  # noqa: S105 - a subject name
 MAX_DOCKER_CONFIG_BYTES: Final = 1024 * 1024  # bytes
 
 
@@ -76,8 +76,13 @@ def _from_store(registry: str, store: SecretsStore) -> RegistryCredential | None
 
 
 def _auth_entry(auths: dict[str, Any], registry: str) -> Any:
-    for key in (registry, f"https://{registry}", f"https://{registry}/v1/", f"https://{registry}/v2/",
-                f"http://{registry}"):
+    for key in (
+        registry,
+        f"https://{registry}",
+        f"https://{registry}/v1/",
+        f"https://{registry}/v2/",
+        f"http://{registry}",
+    ):
         if key in auths:
             return auths[key]
     return None
@@ -101,7 +106,9 @@ def _from_docker(registry: str, path: Path) -> RegistryCredential | None:
         try:
             decoded = base64.b64decode(entry["auth"], validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
-            raise SecretsUnavailable(f"{where}: the 'auth' of {registry} is not base64 of user:password") from None
+            raise SecretsUnavailable(
+                f"{where}: the 'auth' of {registry} is not base64 of user:password"
+            ) from None
         return _split(decoded, where)
     username, password = entry.get("username"), entry.get("password")
     if isinstance(username, str) and isinstance(password, str) and username and password:

@@ -94,9 +94,13 @@ class RegistryServer:
             with open(log, "wb") as sink:
                 process = subprocess.Popen(
                     [binary, "serve", str(directory / "config.json")],
-                    stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
                 )
-            server = cls(process, address, root, "https" if tls else "http", tls.ca_file if tls else None, log)
+            server = cls(
+                process, address, root, "https" if tls else "http", tls.ca_file if tls else None, log
+            )
             if server._wait_ready():
                 return server
             server.stop()
@@ -110,7 +114,9 @@ class RegistryServer:
             if self.process.poll() is not None:
                 return False
             try:
-                status = httpx.get(f"{self.scheme}://{self.address}/v2/", verify=verify, timeout=1).status_code
+                status = httpx.get(
+                    f"{self.scheme}://{self.address}/v2/", verify=verify, timeout=1
+                ).status_code
                 if status in (200, 401):
                     return True
             except httpx.HTTPError:
@@ -167,7 +173,8 @@ class FaultProxy:
         proxy = self
         self._client = httpx.Client(
             base_url=f"{self.upstream_scheme}://{self.upstream}",
-            verify=str(self.upstream_ca) if self.upstream_ca else False, timeout=30,
+            verify=str(self.upstream_ca) if self.upstream_ca else False,
+            timeout=30,
         )
 
         class Handler(BaseHTTPRequestHandler):
@@ -187,7 +194,9 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
-    def fail(self, match: str, *, status: int = 500, method: str | None = None, times: int | None = None) -> None:
+    def fail(
+        self, match: str, *, status: int = 500, method: str | None = None, times: int | None = None
+    ) -> None:
         self.rules.append(_Rule(match, method, "status", status=status, times=times))
 
     def hang(self, match: str, *, method: str | None = None) -> None:
@@ -227,20 +236,32 @@ class FaultProxy:
             headers = {"content-type": "application/vnd.oci.image.manifest.v1+json"}
             self._reply(handler, 200, headers, rule.body if method != "HEAD" else b"")
             return
-        headers = {k: v for k, v in handler.headers.items()
-                   if k.lower() not in ("host", "connection", "content-length", "transfer-encoding")}
+        headers = {
+            k: v
+            for k, v in handler.headers.items()
+            if k.lower() not in ("host", "connection", "content-length", "transfer-encoding")
+        }
         headers["host"] = self.address  # absolute Locations then point back at the proxy
         upstream = self._client.request(method, path, headers=headers, content=body)
-        out = {k: v for k, v in upstream.headers.items()
-               if k.lower() not in ("connection", "content-length", "transfer-encoding", "content-encoding")}
+        out = {
+            k: v
+            for k, v in upstream.headers.items()
+            if k.lower() not in ("connection", "content-length", "transfer-encoding", "content-encoding")
+        }
         self._reply(handler, upstream.status_code, out, upstream.content, head=method == "HEAD")
         for match, hook in self.after_hooks:
             if match in path:
                 hook()
 
     @staticmethod
-    def _reply(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes,
-               *, head: bool = False) -> None:
+    def _reply(
+        handler: BaseHTTPRequestHandler,
+        status: int,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        head: bool = False,
+    ) -> None:
         handler.send_response(status)
         for name, value in headers.items():
             handler.send_header(name, value)
@@ -258,6 +279,7 @@ class FaultProxy:
     def __enter__(self) -> FaultProxy:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
