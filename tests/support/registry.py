@@ -21,6 +21,7 @@ import json
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -101,7 +102,12 @@ class RegistryServer:
             server = cls(
                 process, address, root, "https" if tls else "http", tls.ca_file if tls else None, log
             )
-            if server._wait_ready():
+            try:
+                ready = server._wait_ready()
+            except BaseException:
+                server.stop()
+                raise
+            if ready:
                 return server
             server.stop()
             last_error = log.read_text(errors="replace")[-2000:]
@@ -109,7 +115,7 @@ class RegistryServer:
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + _STARTUP_S
-        verify: Any = str(self.ca_file) if self.ca_file else False
+        verify: Any = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else False
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return False
@@ -173,7 +179,7 @@ class FaultProxy:
         proxy = self
         self._client = httpx.Client(
             base_url=f"{self.upstream_scheme}://{self.upstream}",
-            verify=str(self.upstream_ca) if self.upstream_ca else False,
+            verify=ssl.create_default_context(cafile=str(self.upstream_ca)) if self.upstream_ca else False,
             timeout=30,
         )
 
