@@ -165,7 +165,9 @@ class _Rule:
 class FaultProxy:
     """A loopback HTTP proxy to a registry that can answer 500, hang, or serve other bytes
     for requests whose path contains a given string; ``after`` runs a callback after a
-    matching request was forwarded. ``hits`` counts requests per path."""
+    matching request was answered by the registry and before that answer is relayed (so
+    it happens strictly between that request and the client's next one). ``hits`` lists
+    every request as ``"METHOD PATH"``."""
 
     upstream: str
     upstream_scheme: str = "http"
@@ -254,10 +256,10 @@ class FaultProxy:
             for k, v in upstream.headers.items()
             if k.lower() not in ("connection", "content-length", "transfer-encoding", "content-encoding")
         }
-        self._reply(handler, upstream.status_code, out, upstream.content, head=method == "HEAD")
-        for match, hook in self.after_hooks:
+        for match, hook in self.after_hooks:  # after the registry answered, before the client sees it
             if match in path:
                 hook()
+        self._reply(handler, upstream.status_code, out, upstream.content, head=method == "HEAD")
 
     @staticmethod
     def _reply(
