@@ -110,7 +110,7 @@ def test_corrupt_layer_bytes_refused_and_nothing_written(
 def test_signed_artifact_repushed_with_other_module_fails_verification(
     registry: RegistryServer, client: RegistryClient, repo: str, cli: Cli, tmp_path: Path
 ) -> None:
-    pem, public = generate_keypair()
+    pem, _ = generate_keypair()
     keys = tmp_path / "trusted-keys.json"
     write_keys_file(keys, [public_key_of(pem)])
     genuine = echo_bundle(tmp_path / "a")

@@ -10,7 +10,7 @@ import pytest
 
 from host import CallRequest, FilePolicyEngine, Host, HostConfig
 from host.errors import BundleMissing
-from sdk.bundle import generate_keypair, write_keys_file, write_private_key
+from sdk.bundle import generate_keypair, write_private_key
 from sdk.ociartifact import (
     ARTIFACT_TYPE,
     CONFIG_MEDIA_TYPE,

@@ -48,6 +48,13 @@ def registry_binary() -> str | None:
     )
 
 
+def _die_with_parent() -> list[str]:
+    """A command prefix that gives the registry SIGTERM when the test process dies, however
+    it dies (util-linux ``setpriv --pdeathsig``; nothing where it is missing)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM"] if setpriv else []
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -94,7 +101,7 @@ class RegistryServer:
             log = directory / "registry.log"
             with open(log, "wb") as sink:
                 process = subprocess.Popen(
-                    [binary, "serve", str(directory / "config.json")],
+                    [*_die_with_parent(), binary, "serve", str(directory / "config.json")],
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
