@@ -201,3 +201,18 @@ def test_store_path_is_content_addressed() -> None:
     assert store_bundle_path(DIGEST) == "bundle-store/sha256/" + "ab" * 32
     with pytest.raises(ValueError):
         store_bundle_path("sha256:../../etc")
+
+
+@pytest.mark.parametrize("command", [("push",), ("pull",), ("lock", "add"), ("lock", "fetch")], ids=" ".join)
+def test_distribution_commands_have_help(cli: Cli, command: tuple[str, ...]) -> None:
+    proc = cli(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: stockade " + " ".join(command) in proc.stdout
+    assert "--insecure-registry" in proc.stdout
+
+
+def test_push_refuses_a_digest_reference(cli: Cli, tmp_path: Path) -> None:
+    bundle = echo_bundle(tmp_path / "b")
+    proc = cli("push", str(bundle.directory), f"registry.example/team/echo@{DIGEST}")
+    assert proc.returncode == 2
+    assert "error: REFERENCE_INVALID:" in proc.stderr
