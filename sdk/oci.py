@@ -70,6 +70,9 @@ DEFAULT_TIMEOUT_S: Final = 30.0  # seconds per request (connect, read, write)
 DEFAULT_DEADLINE_S: Final = 600.0  # seconds for one whole transfer (a trickling server is cut)
 _ERROR_CODE_RE: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 _CHUNK: Final = 64 * 1024
+_SERVED_OTHER_BYTES: Final = (
+    "the registry served other bytes than the artifact pins; report it, pull again later"
+)
 
 
 # --- references ---------------------------------------------------------------------------
@@ -155,6 +158,16 @@ class RegistryCredential:
         """The ``Authorization`` value for HTTP Basic."""
         raw = f"{self.username}:{self.password.reveal()}".encode()
         return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+def _read_limited(response: httpx.Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of a streamed body (the rest is never read)."""
+    data = bytearray()
+    for chunk in response.iter_bytes(_CHUNK):
+        data += chunk[: limit - len(data)]
+        if len(data) >= limit:
+            break
+    return bytes(data)
 
 
 # --- the client -----------------------------------------------------------------------------
@@ -360,6 +373,7 @@ class RegistryClient:
             raise DigestMismatch(
                 f"the {what} is {declared} bytes, over the {limit} bytes allowed for it; nothing was written",
                 file=what,
+                hint=_SERVED_OTHER_BYTES,
             )
         chunks: list[bytes] = []
         total = 0
@@ -370,6 +384,7 @@ class RegistryClient:
                     raise DigestMismatch(
                         f"the {what} is longer than the {limit} bytes allowed for it; nothing was written",
                         file=what,
+                        hint=_SERVED_OTHER_BYTES,
                     )
                 if time.monotonic() - started > self._deadline_s:
                     raise RegistryUnavailable(
@@ -380,7 +395,9 @@ class RegistryClient:
             raise self._unavailable(exc, what) from None
         if exact and total != limit:
             raise DigestMismatch(
-                f"the {what} is {total} bytes, the artifact says {limit}; nothing was written", file=what
+                f"the {what} is {total} bytes, the artifact says {limit}; nothing was written",
+                file=what,
+                hint=_SERVED_OTHER_BYTES,
             )
         return b"".join(chunks)
 
@@ -453,20 +470,23 @@ class RegistryClient:
         if params.get("scope") or scope:
             query["scope"] = params.get("scope") or f"repository:{scope}"
         headers = {"Authorization": self._credential.basic()} if self._credential is not None else {}
+        request = self._client.build_request("GET", realm, params=query, headers=headers)
         try:
-            response = self._client.get(realm, params=query, headers=headers)
+            response = self._client.send(request, stream=True)
+            try:
+                self._check(response, "token")
+                body = _read_limited(response, MAX_TOKEN_BYTES)
+            finally:
+                response.close()
         except httpx.HTTPError as exc:
             raise self._unavailable(exc, "token") from None
-        self._check(response, "token")
         try:
-            document = json.loads(response.content[:MAX_TOKEN_BYTES])
+            document = json.loads(body)
             token = document.get("token") or document.get("access_token")
         except (ValueError, AttributeError):
             token = None
         if not isinstance(token, str) or not token:
-            raise RegistryRefused(
-                f"the token service of {self.registry} sent no token", status=response.status_code
-            )
+            raise RegistryRefused(f"the token service of {self.registry} sent no token", status=401)
         return SecretValue(token)
 
     def _check(self, response: httpx.Response, what: str) -> None:
@@ -489,8 +509,7 @@ class RegistryClient:
     def _error_code(response: httpx.Response) -> str:
         """The first OCI error code of the body (``MANIFEST_UNKNOWN``), never its free text."""
         try:
-            body = response.read()[:MAX_TOKEN_BYTES]
-            first = json.loads(body)["errors"][0]["code"]
+            first = json.loads(_read_limited(response, MAX_TOKEN_BYTES))["errors"][0]["code"]
         except (ValueError, KeyError, IndexError, TypeError, httpx.HTTPError):
             return ""
         return first if isinstance(first, str) and _ERROR_CODE_RE.fullmatch(first) else ""
