@@ -74,8 +74,15 @@ class RegistryServer:
 
     @classmethod
     def start(
-        cls, directory: Path, *, tls: CertAuthority | None = None, htpasswd: str | None = None
+        cls,
+        directory: Path,
+        *,
+        tls: CertAuthority | None = None,
+        htpasswd: str | None = None,
+        auth: dict[str, Any] | None = None,
     ) -> RegistryServer:
+        """Start a registry; ``htpasswd`` (file text) or ``auth`` (the config's ``auth``
+        section, e.g. ``{"token": {...}}``) turn authentication on."""
         binary = registry_binary()
         if binary is None:
             raise RuntimeError("docker-registry is not installed (apt-get install -y docker-registry)")
@@ -97,6 +104,8 @@ class RegistryServer:
             if htpasswd is not None:
                 (directory / "htpasswd").write_text(htpasswd)
                 config["auth"] = {"htpasswd": {"realm": "stockade-test", "path": str(directory / "htpasswd")}}
+            if auth is not None:
+                config["auth"] = auth
             (directory / "config.json").write_text(json.dumps(config))
             log = directory / "registry.log"
             with open(log, "wb") as sink:
