@@ -263,9 +263,18 @@ class PulledBundle:
     reused: bool
 
 
-def _fetch_verified(
-    client: RegistryClient, reference: OciReference, ceilings: Ceilings
-) -> tuple[bytes, ArtifactManifest, dict[str, bytes], PackageManifest, SignatureDocument | None]:
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """Every verified byte of an artifact, nothing written yet. ``sums`` holds the sha256
+    hex of ``manifest.json`` and ``module.wasm`` (checked once, while fetching)."""
+
+    files: dict[str, bytes]
+    manifest: PackageManifest
+    sig_doc: SignatureDocument | None
+    sums: dict[str, str]
+
+
+def _fetch_verified(client: RegistryClient, reference: OciReference, ceilings: Ceilings) -> _Fetched:
     """Steps (1)-(5) of the module docstring; returns every verified byte, writes nothing."""
     if reference.digest is None:
         raise ValueError("pull_bundle needs a digest-pinned reference")
@@ -293,7 +302,11 @@ def _fetch_verified(
             f"the artifact's manifest.json is invalid: {exc.message}",
             problems=exc.details.get("problems", []),
         ) from None
-    module_sha256 = sha256_hex(module)
+    sums = {  # get_blob checked these digests against the bytes
+        "manifest.json": artifact.config.digest.removeprefix("sha256:"),
+        "module.wasm": artifact.module.digest.removeprefix("sha256:"),
+    }
+    module_sha256 = sums["module.wasm"]
     if manifest.module.sha256 != module_sha256:
         raise DigestMismatch(
             f"manifest.json pins module sha256 {manifest.module.sha256}, the module layer {module_sha256}",
@@ -305,12 +318,12 @@ def _fetch_verified(
             f"the artifact's annotations name {str(title)[:64]}@{str(version)[:64]}, its manifest "
             f"{manifest.package.name}@{manifest.package.version}"
         )
-    return oci_bytes, artifact, files, manifest, sig_doc
+    return _Fetched(files, manifest, sig_doc, sums)
 
 
 def _check_signature(
     manifest: PackageManifest,
-    files: Mapping[str, bytes],
+    sums: Mapping[str, str],
     sig_doc: SignatureDocument | None,
     *,
     trusted_keys: TrustedKeys | None,
@@ -331,8 +344,8 @@ def _check_signature(
     trusted_keys.verify(
         name,
         version,
-        sha256_hex(files["manifest.json"]),
-        sha256_hex(files["module.wasm"]),
+        sums["manifest.json"],
+        sums["module.wasm"],
         signature=sig_doc.signature,
         key_id=sig_doc.key_id,
     )
@@ -375,12 +388,13 @@ def pull_bundle(
     """
     if (store_root is None) == (out_dir is None):
         raise ValueError("pass exactly one of store_root and out_dir")
-    _, _, files, manifest, sig_doc = _fetch_verified(client, reference, ceilings)
+    fetched = _fetch_verified(client, reference, ceilings)
+    files, manifest, sig_doc = fetched.files, fetched.manifest, fetched.sig_doc
     verified = _check_signature(
-        manifest, files, sig_doc, trusted_keys=trusted_keys, require_signatures=require_signatures
+        manifest, fetched.sums, sig_doc, trusted_keys=trusted_keys, require_signatures=require_signatures
     )
     if expected_sha256 is not None:
-        _check_expected(files, expected_sha256, manifest.package.name)
+        _check_expected(fetched.sums, expected_sha256, manifest.package.name)
     digest = str(reference.digest)
     if out_dir is not None:
         destination, reused = Path(out_dir), False
@@ -397,25 +411,23 @@ def pull_bundle(
         reference=reference,
         digest=digest,
         manifest=manifest,
-        manifest_sha256=sha256_hex(files["manifest.json"]),
-        module_sha256=sha256_hex(files["module.wasm"]),
+        manifest_sha256=fetched.sums["manifest.json"],
+        module_sha256=fetched.sums["module.wasm"],
         signature=(sig_doc.signature, sig_doc.key_id) if sig_doc else None,
         signature_verified=verified,
         reused=reused,
     )
 
 
-def _check_expected(files: Mapping[str, bytes], expected: tuple[str, str], name: str) -> None:
-    for (file, data), pinned in zip(
-        ((n, files[n]) for n in ("manifest.json", "module.wasm")), expected, strict=True
-    ):
-        if sha256_hex(data) != pinned:
+def _check_expected(sums: Mapping[str, str], expected: tuple[str, str], name: str) -> None:
+    for file, pinned in zip(("manifest.json", "module.wasm"), expected, strict=True):
+        if sums[file] != pinned:
             raise DigestMismatch(
-                f"{file} of {name} from the registry has sha256 {sha256_hex(data)}, the lock pins {pinned}",
+                f"{file} of {name} from the registry has sha256 {sums[file]}, the lock pins {pinned}",
                 package=name,
                 file=file,
                 expected=pinned,
-                actual=sha256_hex(data),
+                actual=sums[file],
             )
 
 
