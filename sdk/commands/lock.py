@@ -4,6 +4,9 @@
 name); ``remove NAME`` drops a package. Each edit writes the next generation: the
 generation grows by one and ``previous`` names the digest of the lock it replaces, so a
 host can refuse rollbacks and forks. The bundle must live under the lock's directory.
+``add oci://REF@sha256:…`` pulls a registry artifact by digest, verified as ``stockade
+pull`` does, into ``bundle-store/`` next to the lock and records its ``source``;
+``fetch`` pulls every registry package the lock names (hosts never use the network).
 
 ``verify`` checks what a host would check before compiling anything: every digest,
 every signature (``--trusted-keys``, ``--require-signatures``) and every manifest;
