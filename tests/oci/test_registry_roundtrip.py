@@ -153,3 +153,36 @@ def test_host_open_refuses_lock_whose_registry_bundle_is_not_local(
     assert "fetched  echo@1.0.0" in fetched.stdout
     with _open(tmp_path, lock) as host:
         assert _say(host) == {"message": "from the registry"}
+
+
+def test_pull_into_out_dir_never_replaces_an_existing_directory(
+    registry: RegistryServer, repo: str, cli: Cli, tmp_path: Path
+) -> None:
+    insecure = ("--insecure-registry", registry.address)
+    bundle = echo_bundle(tmp_path / "b")
+    pinned = _push(cli, bundle.directory, f"{repo}:1.0.0", *insecure)
+    out = cli.cwd / "vendor" / "echo"
+    proc = cli("pull", pinned, "--out", str(out), *insecure)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "module.wasm", "oci-manifest.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["echo"]  # no staging directory left
+    (out / "module.wasm").write_bytes(b"local edits")
+    again = cli("pull", pinned, "--out", str(out), *insecure)
+    assert again.returncode == 1 and "error: OUT_EXISTS:" in again.stderr
+    assert (out / "module.wasm").read_bytes() == b"local edits"
+
+
+def test_damaged_store_copy_is_replaced_whole_on_pull(
+    registry: RegistryServer, repo: str, cli: Cli, tmp_path: Path
+) -> None:
+    insecure = ("--insecure-registry", registry.address)
+    bundle = echo_bundle(tmp_path / "b")
+    pinned = _push(cli, bundle.directory, f"{repo}:1.0.0", *insecure)
+    assert cli("pull", pinned, *insecure).returncode == 0
+    store = cli.cwd / "bundle-store" / "sha256" / pinned.split(":")[-1]
+    (store / "module.wasm").write_bytes(b"tampered")
+    proc = cli("pull", pinned, *insecure)
+    assert proc.returncode == 0, proc.stderr
+    assert "already present" not in proc.stdout
+    assert (store / "module.wasm").read_bytes() == bundle.module_bytes
+    assert sorted(p.name for p in store.parent.iterdir()) == [store.name]
