@@ -192,3 +192,25 @@ def test_annotations_naming_another_package_refused(
     pinned = client.put_manifest(path, "lying", json.dumps(document).encode(), OCI_MANIFEST_MEDIA_TYPE)
     proc = cli("pull", f"{repo}@{pinned}", "--insecure-registry", registry.address)
     _refused(proc, "ARTIFACT_INVALID", cli)
+
+
+def test_lock_source_swapped_to_other_artifact_refused_by_fetch(
+    registry: RegistryServer, client: RegistryClient, repo: str, cli: Cli, tmp_path: Path
+) -> None:
+    insecure = ("--insecure-registry", registry.address)
+    genuine = _push(client, repo, echo_bundle(tmp_path / "a"))
+    assert cli("lock", "add", f"oci://{repo}@{genuine}", *insecure).returncode == 0
+    other = _push(client, repo, echo_bundle(tmp_path / "b", module=custom_section(echo_component(), b"swapped")),
+                  tag="other")
+    # An edit of the lock points the source (and its store path) at another artifact but
+    # keeps the reviewed file digests: fetch must refuse it before writing anything.
+    lock = cli.cwd / "stockade.lock"
+    document = json.loads(lock.read_text())
+    entry = document["packages"][0]
+    entry["source"]["digest"] = other
+    entry["bundle"] = "bundle-store/sha256/" + other.removeprefix("sha256:")
+    lock.write_text(json.dumps(document))
+    proc = cli("lock", "fetch", *insecure)
+    assert proc.returncode == 1
+    assert "error: DIGEST_MISMATCH:" in proc.stderr and "the lock pins" in proc.stderr
+    assert not (cli.cwd / entry["bundle"]).exists()
