@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from host.bundlestore import SOURCE_FORMAT, OciSource, store_bundle_path
+from host.bundlestore import SOURCE_FORMAT, OciSource
 from sdk.commands._common import EXIT_OK, CommandFailed, UsageFailed, print_json, stderr_console
 from sdk.commands._registry import (
     add_registry_options,
@@ -206,11 +206,6 @@ def run_fetch(args: argparse.Namespace) -> int:
                 require_signatures=args.require_signatures,
                 expected_sha256=(entry.manifest_sha256, entry.module_sha256),
             )
-        if (
-            pulled.directory.resolve()
-            != (args.lock.resolve().parent / store_bundle_path(pulled.digest)).resolve()
-        ):
-            raise CommandFailed("LOCK_INVALID", f"{entry.name}: the store is not next to the lock")
         results.append(
             {
                 "name": entry.name,
