@@ -408,6 +408,7 @@ def load_lock(path: Path, *, config: HostConfig, trusted_keys: TrustedKeys | Non
         DigestMismatch: a bundle file does not match its pinned sha256.
         SignatureInvalid: a signature is missing where required, by an untrusted key, or bad.
         ManifestInvalid: a (digest-verified) manifest is invalid.
+        BundleMissing: an entry with a registry ``source`` whose store directory is absent.
 
     Returns:
         The verified lock. Nothing is persisted: call :meth:`LockState.accept` next.
