@@ -31,9 +31,13 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── LockInvalid               LOCK_INVALID            the lock file is malformed
     │   ├── LockRollback          LOCK_ROLLBACK           older generation, or a fork of the accepted one
     │   ├── DigestMismatch        DIGEST_MISMATCH         a file does not match its pinned sha256
-    │   └── SignatureInvalid      SIGNATURE_INVALID       signature missing, unknown key or bad signature
+    │   ├── SignatureInvalid      SIGNATURE_INVALID       signature missing, unknown key or bad signature
+    │   └── BundleMissing         BUNDLE_MISSING          a locked registry bundle is not in the local store
     ├── SecretsUnavailable        SECRETS_UNAVAILABLE     the secrets store cannot be opened or read
-    └── AuditUnavailable          AUDIT_UNAVAILABLE       the audit log cannot be written
+    ├── AuditUnavailable          AUDIT_UNAVAILABLE       the audit log cannot be written
+    ├── RegistryUnavailable       REGISTRY_UNAVAILABLE    an OCI registry is unreachable, hangs or answers 5xx
+    ├── RegistryRefused           REGISTRY_REFUSED        an OCI registry refused: not found, unauthorized
+    └── ArtifactInvalid           ARTIFACT_INVALID        an OCI artifact is not a Stockade bundle artifact
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
 ``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
@@ -54,7 +58,9 @@ from typing import Any, ClassVar
 __all__ = [
     "ApprovalInvalid",
     "ApprovalRequired",
+    "ArtifactInvalid",
     "AuditUnavailable",
+    "BundleMissing",
     "ComponentRefused",
     "CredentialUnavailable",
     "DigestMismatch",
@@ -68,6 +74,8 @@ __all__ = [
     "PolicyDenied",
     "PolicyUnavailable",
     "RateLimited",
+    "RegistryRefused",
+    "RegistryUnavailable",
     "RequestInvalid",
     "SandboxFuelExhausted",
     "SandboxMemory",
@@ -324,6 +332,14 @@ class SignatureInvalid(LockInvalid):
     default_hint = "Sign the bundle with a key listed in the trusted keys file."
 
 
+class BundleMissing(LockInvalid):
+    """A lock entry pulled from a registry (it has a ``source``) names a bundle that is not in
+    the local store. ``Host.open`` never uses the network (DESIGN §12)."""
+
+    code = "BUNDLE_MISSING"
+    default_hint = "Fetch it first: `stockade lock fetch` (or `stockade pull oci://REF@sha256:...`)."
+
+
 class SecretsUnavailable(StockadeError):
     """The secrets store cannot be opened, decrypted or read (one opaque error)."""
 
@@ -336,6 +352,36 @@ class AuditUnavailable(StockadeError):
 
     code = "AUDIT_UNAVAILABLE"
     default_hint = "Free disk space or fix permissions of the audit log."
+
+
+class RegistryUnavailable(StockadeError):
+    """An OCI registry could not be reached, did not answer in time, or answered 5xx/429.
+    Nothing was written."""
+
+    code = "REGISTRY_UNAVAILABLE"
+    default_hint = (
+        "Check the registry address and that it is up, then retry; a registry speaking plain "
+        "HTTP needs --insecure-registry HOST:PORT."
+    )
+
+
+class RegistryRefused(StockadeError):
+    """An OCI registry answered a 4xx: unknown repository, tag or digest, missing or wrong
+    credentials, or access denied. ``details["status"]`` holds the HTTP status."""
+
+    code = "REGISTRY_REFUSED"
+    default_hint = (
+        "Check the reference; for credentials use the secrets store or ~/.docker/config.json "
+        "(see README 'Publishing and consuming bundles through a registry')."
+    )
+
+
+class ArtifactInvalid(StockadeError):
+    """An OCI manifest is not a Stockade bundle artifact: wrong media types, missing or extra
+    layers, sizes over the limits, or annotations that contradict the bundle."""
+
+    code = "ARTIFACT_INVALID"
+    default_hint = "Push the bundle with `stockade push`; other artifacts are refused."
 
 
 def all_error_classes() -> tuple[type[StockadeError], ...]:

@@ -211,9 +211,11 @@ class Host:
             AuditUnavailable: the audit log cannot be opened or written.
         """
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        log = audit if isinstance(audit, AuditLog) else AuditLog(Path(audit))
         keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
         loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
+        # Opened after the lock verified: a refused lock (e.g. BUNDLE_MISSING) leaves no
+        # audit writer open, so the same process can fetch and open again.
+        log = audit if isinstance(audit, AuditLog) else AuditLog(Path(audit))
         runtime = Runtime(config)
         try:
             items = [(p.binding.package, p.module_bytes, p.binding.module_sha256) for p in loaded.packages]

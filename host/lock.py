@@ -7,6 +7,11 @@
                    "manifest_sha256": "<hex>", "module_sha256": "<hex>",
                    "signature": "<base64 Ed25519>", "key_id": "<16 hex>"}]}
 
+An entry pulled from an OCI registry also has an optional ``source`` (format
+``stockade.source.oci/1``, see :mod:`host.bundlestore`); its ``bundle`` must then be the
+content-addressed store directory of the source digest. An entry without a source is
+serialized without the key, so locks written before sources existed keep their digest.
+
 Definitions (stable; reviewers and tools rely on them):
 
 - **Lock digest**: ``sha256(canonical_json(lock))`` (RFC 8785), so whitespace and key
@@ -27,6 +32,8 @@ Verification order in :func:`load_lock` (each step fails closed):
 2. verify the signature when present, and require it when
    ``HostConfig.require_signatures`` (SIGNATURE_INVALID). A signature is never ignored:
    one made by a key that is not trusted is refused even if signatures are optional;
+   (an entry with a ``source`` whose store directory is absent is BUNDLE_MISSING: the
+   host never uses the network; ``stockade lock fetch`` fills the store);
 3. parse the manifest (MANIFEST_INVALID) and check it names the locked package, version
    and module digest.
 
@@ -61,12 +68,23 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Final, Literal, final
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from host._files import atomic_write, read_regular
+from host.bundlestore import OciSource, store_bundle_path
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import HostConfig
 from host.errors import (
+    BundleMissing,
     DigestMismatch,
     InputInvalid,
     LockInvalid,
@@ -162,12 +180,23 @@ class LockEntry(_Model):
     module_sha256: Sha256Hex
     signature: Annotated[str, AfterValidator(check_signature_b64)] | None = None
     key_id: KeyId | None = None
+    source: OciSource | None = None  # stockade.source.oci/1: where a registry bundle came from
 
     @model_validator(mode="after")
     def _signature_and_key_together(self) -> LockEntry:
         if (self.signature is None) != (self.key_id is None):
             raise ValueError("signature and key_id must both be set or both be null")
+        if self.source is not None and self.bundle != store_bundle_path(self.source.digest):
+            raise ValueError("an entry with a source must name the store directory of its digest as bundle")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # Locks written before `source` existed must keep their digest (and chain).
+        data: dict[str, object] = handler(self)
+        if self.source is None:
+            data.pop("source", None)
+        return data
 
 
 class PackageLock(_Model):
@@ -323,6 +352,14 @@ def _load_package(
     keys: TrustedKeys | None,
 ) -> LockedPackage:
     bundle_dir = _bundle_dir(lock_dir, entry)
+    if entry.source is not None and not bundle_dir.is_dir():
+        raise BundleMissing(
+            f"package {entry.name}@{entry.version} comes from {entry.source.reference()}, which is "
+            f"not in the local bundle store ({entry.bundle}); the host never uses the network",
+            package=entry.name,
+            source=entry.source.reference(),
+            hint=f"run `stockade lock fetch` or `stockade pull {entry.source.reference()}` next to the lock",
+        )
     manifest_bytes = _read(bundle_dir / "manifest.json", MAX_MANIFEST_BYTES, "manifest.json")
     module_bytes = _read(bundle_dir / "module.wasm", MAX_MODULE_BYTES, "module.wasm")
     # (1) digests before anything parses or compiles these bytes.
@@ -371,6 +408,7 @@ def load_lock(path: Path, *, config: HostConfig, trusted_keys: TrustedKeys | Non
         DigestMismatch: a bundle file does not match its pinned sha256.
         SignatureInvalid: a signature is missing where required, by an untrusted key, or bad.
         ManifestInvalid: a (digest-verified) manifest is invalid.
+        BundleMissing: an entry with a registry ``source`` whose store directory is absent.
 
     Returns:
         The verified lock. Nothing is persisted: call :meth:`LockState.accept` next.

@@ -38,6 +38,8 @@ _COMMANDS = (
     "new", "build", "test", "keygen", "sign",
     # reviewers
     "inspect", "lock", "diff",
+    # distribution
+    "push", "pull",
     # host operators
     "tools", "call", "policy", "secrets", "log", "demo",
 )  # fmt: skip

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from host._files import atomic_write, read_regular
+from host.bundlestore import OciSource
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import LockInvalid
 from host.lock import LOCK_FORMAT, LockEntry, PackageLock
@@ -97,12 +98,18 @@ def _write_next(
 
 
 def _entry_for(
-    lock_path: Path, bundle_dir: Path, private_key: bytes | Ed25519PrivateKey | None, ceilings: Ceilings
+    lock_path: Path,
+    bundle_dir: Path,
+    private_key: bytes | Ed25519PrivateKey | None,
+    ceilings: Ceilings,
+    *,
+    source: OciSource | None = None,
+    signed: tuple[str, str] | None = None,
 ) -> LockEntry:
     """Check a bundle and make its (optionally signed) lock entry."""
     bundle = read_bundle(bundle_dir, ceilings=ceilings)
     name, version = bundle.manifest.package.name, bundle.manifest.package.version
-    signature = key_id = None
+    signature, key_id = signed if signed is not None else (None, None)
     if private_key is not None:
         signature, key_id = sign_package(
             private_key, name, version, bundle.manifest_sha256, bundle.module_sha256
@@ -116,6 +123,7 @@ def _entry_for(
             module_sha256=bundle.module_sha256,
             signature=signature,
             key_id=key_id,
+            source=source,
         )
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
@@ -129,6 +137,8 @@ def add_package(
     *,
     private_key: bytes | Ed25519PrivateKey | None = None,
     ceilings: Ceilings = DEFAULT_CEILINGS,
+    source: OciSource | None = None,
+    signature: tuple[str, str] | None = None,
 ) -> LockUpdate:
     """Add a bundle to a lock, or replace the package of the same name, as a new generation.
 
@@ -138,6 +148,10 @@ def add_package(
         private_key: an Ed25519 private key (object, PEM or raw) to sign the entry; ``None``
             leaves it unsigned.
         ceilings: the ceilings the manifest must respect.
+        source: where a registry bundle came from (``stockade.source.oci/1``); the bundle
+            must then be the store directory of ``source.digest``.
+        signature: ``(signature_b64, key_id)`` carried by the bundle (a registry
+            artifact's signature layer); ``private_key`` signs instead when given.
 
     Raises:
         LockInvalid: the lock is invalid, the bundle is unreadable or outside the lock's
@@ -150,7 +164,7 @@ def add_package(
     """
     lock_path = Path(lock_path)
     current = read_lock(lock_path)
-    entry = _entry_for(lock_path, Path(bundle_dir), private_key, ceilings)
+    entry = _entry_for(lock_path, Path(bundle_dir), private_key, ceilings, source=source, signed=signature)
     name = entry.name
     packages = list(current.packages) if current is not None else []
     replaced = next((p for p in packages if p.name == name), None)

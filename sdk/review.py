@@ -27,7 +27,11 @@ that widen what a package may do or what runs without a person's approval. Rules
 - credentials: a new secret (``credential.added``), a new injection location
   (``credential.location``), new hosts (``credential.hosts``) or paths
   (``credential.paths``) escalate;
-- limits (``limits.*`` and ``http.*`` byte and time limits) raised escalate.
+- limits (``limits.*`` and ``http.*`` byte and time limits) raised escalate;
+- source (where a registry bundle came from, ``stockade.source.oci/1``): another
+  repository (``source.changed``), a package newly pulled from a registry
+  (``source.added``) or no longer (``source.removed``) escalate; a new digest in the same
+  repository (``source.digest``) is shown (what it changes is judged by the rules above).
 
 Example::
 
@@ -48,6 +52,7 @@ from typing import Any, Final
 import wasmtime
 from wasmtime import component as wc
 
+from host.bundlestore import OciSource
 from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
 from host.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
@@ -213,7 +218,9 @@ def _package_changes(name: str, old: _Pkg | None, new: _Pkg | None) -> Iterator[
         return
     entry, package = new
     if old is None:
-        yield Change("package.added", name, f"new package {name}@{entry.version}", True, new=entry.version)
+        origin = f" from {entry.source.display()}" if entry.source is not None else ""
+        added = f"new package {name}@{entry.version}{origin}"
+        yield Change("package.added", name, added, True, new=entry.version)
         yield from manifest_changes(name, None, package.manifest)
         return
     old_entry, old_package = old
@@ -236,6 +243,7 @@ def _package_changes(name: str, old: _Pkg | None, new: _Pkg | None) -> Iterator[
             new=entry.module_sha256,
         )
     yield from _signature_changes(name, old_entry.key_id, entry.key_id)
+    yield from _source_changes(name, old_entry.source, entry.source)
     yield from manifest_changes(name, old_package.manifest, package.manifest)
 
 
@@ -255,6 +263,30 @@ def _signature_changes(name: str, old_key: str | None, new_key: str | None) -> I
         )
     elif old_key is None and new_key is not None:
         yield Change("signature.added", name, f"now signed by key {new_key}", False, new=new_key)
+
+
+def _source_changes(name: str, old: OciSource | None, new: OciSource | None) -> Iterator[Change]:
+    if old == new:
+        return
+    if old is None and new is not None:
+        yield Change("source.added", name, f"now pulled from {new.display()}", True, new=new.display())
+    elif old is not None and new is None:
+        was = f"no longer from a registry (was {old.display()})"
+        yield Change("source.removed", name, was, True, old=old.display())
+    elif old is not None and new is not None and old.repository != new.repository:
+        yield Change(
+            "source.changed",
+            name,
+            f"pulled from {new.repository} instead of {old.repository}",
+            True,
+            old=old.display(),
+            new=new.display(),
+        )
+    elif old is not None and new is not None:
+        yield Change(
+            "source.digest", name, f"artifact {new.digest} instead of {old.digest}", False,
+            old=old.display(), new=new.display(),
+        )
 
 
 # --- capability reports -------------------------------------------------------------------
@@ -344,6 +376,7 @@ def package_report(
     module_bytes: bytes | None,
     bundle: str | None = None,
     signature: Mapping[str, Any] | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """The capability report of one package (JSON-able).
 
@@ -354,10 +387,12 @@ def package_report(
         module_bytes: the module, to list its imports (``None`` skips the component).
         bundle: where the bundle is, for people.
         signature: ``{"signed", "key_id", "verified"}`` from a lock entry, if any.
+        source: the registry reference a lock entry was pulled from (``oci://…@sha256:…``).
 
     Returns:
-        ``{"name", "version", "description", "homepage", "bundle", "manifest_sha256",
-        "module_sha256", "signature", "limits", "http", "tools", "component"}``.
+        ``{"name", "version", "description", "homepage", "bundle", "source",
+        "manifest_sha256", "module_sha256", "signature", "limits", "http", "tools",
+        "component"}``.
     """
     return {
         "name": manifest.package.name,
@@ -365,6 +400,7 @@ def package_report(
         "description": manifest.package.description,
         "homepage": manifest.package.homepage,
         "bundle": bundle,
+        "source": source,
         "manifest_sha256": manifest_sha256,
         "module_sha256": module_sha256,
         "signature": dict(signature) if signature is not None else None,
@@ -432,6 +468,7 @@ def lock_report(
                 module_bytes=package.module_bytes if imports else None,
                 bundle=entry.bundle,
                 signature={"signed": signed, "key_id": entry.key_id, "verified": signed},
+                source=entry.source.display() if entry.source is not None else None,
             )
         )
     return {

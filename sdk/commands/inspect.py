@@ -115,6 +115,8 @@ def _render_package(p: Mapping[str, Any], console: Console) -> None:
         "n/a (bundle)" if sig is None else (f"verified, key {sig['key_id']}" if sig["signed"] else "unsigned")
     )
     console.print(f"bundle {cell(p['bundle'])}\nmanifest sha256 {p['manifest_sha256']}")
+    if p.get("source"):
+        console.print(f"source {cell(p['source'])}")
     console.print(f"module sha256   {p['module_sha256']}\nsignature       {signed}")
     console.print(_network_table(p["http"]))
     console.print(_credentials_table(p["http"]))

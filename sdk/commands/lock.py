@@ -4,6 +4,9 @@
 name); ``remove NAME`` drops a package. Each edit writes the next generation: the
 generation grows by one and ``previous`` names the digest of the lock it replaces, so a
 host can refuse rollbacks and forks. The bundle must live under the lock's directory.
+``add oci://REF@sha256:…`` pulls a registry artifact by digest, verified as ``stockade
+pull`` does, into ``bundle-store/`` next to the lock and records its ``source``;
+``fetch`` pulls every registry package the lock names (hosts never use the network).
 
 ``verify`` checks what a host would check before compiling anything: every digest,
 every signature (``--trusted-keys``, ``--require-signatures``) and every manifest;
@@ -28,6 +31,8 @@ from sdk.commands._common import (
     print_json,
     stderr_console,
 )
+from sdk.commands._registry import add_registry_options, add_verify_options
+from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
 from sdk.lockfile import LockUpdate, add_package, remove_package
 from sdk.review import component_report, load_for_review
@@ -45,14 +50,28 @@ def register(sub: Any) -> None:
     add = inner.add_parser(
         "add",
         help="add or replace a package (a new generation)",
-        description="Check BUNDLE_DIR and add it to the lock as a new generation.",
+        description="Check BUNDLE_DIR (or pull oci://REF@sha256:… into the bundle store next to "
+        "the lock, recording the source) and add it to the lock as a new generation.",
     )
     add.add_argument(
-        "bundle", type=Path, metavar="BUNDLE_DIR", help="bundle directory under the lock's directory"
+        "bundle", metavar="BUNDLE_DIR|oci://REF@sha256:…",
+        help="bundle directory under the lock's directory, or a digest-pinned registry reference",
     )
     add.add_argument("--key", type=Path, default=None, metavar="KEY.pem", help="sign the entry with this key")
     _lock_and_json(add)
+    add_verify_options(add)
+    add_registry_options(add)
     add.set_defaults(func=run_add)
+    fetch = inner.add_parser(
+        "fetch",
+        help="pull every registry package of the lock into the local bundle store",
+        description="Pull each package with an oci source, by its pinned digest, into the bundle "
+        "store next to the lock (Host.open never uses the network).",
+    )
+    _lock_and_json(fetch)
+    add_verify_options(fetch)
+    add_registry_options(fetch)
+    fetch.set_defaults(func=run_fetch)
     remove = inner.add_parser(
         "remove",
         help="remove a package (a new generation)",
@@ -115,6 +134,8 @@ def _report(update: LockUpdate, args: argparse.Namespace, verb: str) -> int:
     print(f"  previous  {update.previous}")
     if update.entry is not None:
         print(f"  bundle    {update.entry.bundle}")
+        if update.entry.source is not None:
+            print(f"  source    {update.entry.source.display()}")
         print(f"  signed    {'by key ' + update.entry.key_id if update.entry.key_id else 'no'}")
     return EXIT_OK
 
@@ -122,7 +143,10 @@ def _report(update: LockUpdate, args: argparse.Namespace, verb: str) -> int:
 def run_add(args: argparse.Namespace) -> int:
     """Add or replace one package."""
     key = load_key(args.key) if args.key else None
-    update = add_package(args.lock, args.bundle, private_key=key)
+    bundle, source, signature = Path(args.bundle), None, None
+    if args.bundle.startswith("oci://"):
+        bundle, source, signature = pull_for_lock(args)
+    update = add_package(args.lock, bundle, private_key=key, source=source, signature=signature)
     if (
         update.replaced is not None
         and update.replaced.signature

@@ -35,6 +35,10 @@ PINNED_CODES = {
     "SignatureInvalid": "SIGNATURE_INVALID",
     "SecretsUnavailable": "SECRETS_UNAVAILABLE",
     "AuditUnavailable": "AUDIT_UNAVAILABLE",
+    "BundleMissing": "BUNDLE_MISSING",
+    "RegistryUnavailable": "REGISTRY_UNAVAILABLE",
+    "RegistryRefused": "REGISTRY_REFUSED",
+    "ArtifactInvalid": "ARTIFACT_INVALID",
 }
 
 
