@@ -338,16 +338,21 @@ class FilePolicyEngine:
         Returns:
             A decision carrying the file's current fence.
         """
+        return _decide(self._current(), principal, project, permission)
+
+    def authorize_many(
+        self, principal: PrincipalRef, project: str, permissions: Sequence[str]
+    ) -> list[Decision]:
+        """:meth:`authorize` for several permissions from one snapshot of the file.
+
+        The file is checked once, so every decision carries the same fence and a call
+        costs one ``stat`` however many permissions its tool requires.
+
+        Raises:
+            PolicyUnavailable: the policy file is missing, unreadable or invalid.
+        """
         compiled = self._current()
-        fence = compiled.fence
-        if principal.project != project:
-            return Decision(Effect.DENY, fence, "principal belongs to another project")
-        allow, ask = compiled.index.get((project, principal.subject), (frozenset(), frozenset()))
-        if permission in allow:
-            return Decision(Effect.ALLOW, fence, f"a role allows {permission}")
-        if permission in ask:
-            return Decision(Effect.REQUIRE_APPROVAL, fence, f"a role requires approval for {permission}")
-        return Decision(Effect.DENY, fence, f"no role grants {permission}")
+        return [_decide(compiled, principal, project, permission) for permission in permissions]
 
     # ------------------------------------------------------------------ edits
 
@@ -456,3 +461,15 @@ class FilePolicyEngine:
         except OSError as exc:
             raise PolicyUnavailable(f"cannot write the policy file: {exc.strerror or exc}") from None
         self._cache.invalidate()
+
+
+def _decide(compiled: _Compiled, principal: PrincipalRef, project: str, permission: str) -> Decision:
+    fence = compiled.fence
+    if principal.project != project:
+        return Decision(Effect.DENY, fence, "principal belongs to another project")
+    allow, ask = compiled.index.get((project, principal.subject), (frozenset(), frozenset()))
+    if permission in allow:
+        return Decision(Effect.ALLOW, fence, f"a role allows {permission}")
+    if permission in ask:
+        return Decision(Effect.REQUIRE_APPROVAL, fence, f"a role requires approval for {permission}")
+    return Decision(Effect.DENY, fence, f"no role grants {permission}")

@@ -108,7 +108,7 @@ def test_log_verify_of_an_intact_log(tmp_path: Path) -> None:
     proc = run_cli("log", "verify", str(log), "--expected-head", head, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json_out(proc)
-    assert report["ok"] is True and report["head"] == head and report["records"] >= 2
+    assert report["ok"] is True and report["closed"] is True and report["records"] >= 3
     text = run_cli("log", "verify", str(log), cwd=tmp_path)
     assert text.returncode == 0 and text.stdout.startswith("ok:")
 
@@ -131,7 +131,7 @@ def test_log_verify_detects_an_edited_record(tmp_path: Path) -> None:
 def test_log_verify_detects_truncation_with_expected_head(tmp_path: Path) -> None:
     log, head = _audited_workspace(tmp_path)
     lines = log.read_text().splitlines(keepends=True)
-    log.write_text("".join(lines[:-1]))  # drop the last record: still a valid chain
+    log.write_text("".join(lines[:-2]))  # drop the outcome and close checkpoint: still a valid chain
     assert run_cli("log", "verify", str(log), cwd=tmp_path).returncode == 0
     proc = run_cli("log", "verify", str(log), "--expected-head", head, cwd=tmp_path)
     assert proc.returncode == 1 and "not in the log" in proc.stderr

@@ -84,7 +84,9 @@ def fx(tmp_path: Path) -> Any:
 
 
 def audit_records(fx: HostFixture) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in fx.audit_path.read_text().splitlines()]
+    """The log's records without signed checkpoints (tested in test_audit*.py)."""
+    records = [json.loads(line) for line in fx.audit_path.read_text().splitlines()]
+    return [r for r in records if r["kind"] != "audit.checkpoint"]
 
 
 # -- steps 1–6: prepare --------------------------------------------------------------------
@@ -451,10 +453,10 @@ def test_runaway_guest_contained_and_audited_with_usage(tmp_path: Path) -> None:
 
 
 class _FailingIntentLog(AuditLog):
-    def append(self, kind: str, payload: Any) -> str:
+    def append(self, kind: str, payload: Any, *, durable: bool | None = None) -> str:
         if kind == "call.intent":
             raise AuditUnavailable("disk full")
-        return super().append(kind, payload)
+        return super().append(kind, payload, durable=durable)
 
 
 def test_audit_failure_refuses_write_and_runs_nothing(tmp_path: Path) -> None:

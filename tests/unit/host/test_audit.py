@@ -257,3 +257,21 @@ def test_redact_params_replaces_only_named_top_level_values() -> None:
     out = redact_params(data, ["token", "absent"])
     assert out == {"token": "[REDACTED]", "repo": "x", "nested": {"token": "kept"}}
     assert data["token"] == "s3cret"  # input untouched
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"a": 1},
+        {"zz": [1, {"hash": "stockade:hash-placeholder"}]},
+        {"input": {"hash": "stockade:hash-placeholder"}, "x": "\"hash\":\"stockade:hash-placeholder\""},
+        {"é": "ü", "\ue000": 1.5},
+    ],
+    ids=["empty", "before", "placeholder-nested-after", "placeholder-nested-before", "non-ascii-and-float"],
+)
+def test_encoded_line_is_canonical_json_of_record_with_its_hash(payload: dict) -> None:
+    record = {**payload, "seq": 1, "time": 2, "prev": GENESIS, "kind": "k"}
+    line, digest = audit_mod.encode_record(dict(record))
+    assert digest == hashlib.sha256(canonical_json(record)).hexdigest()
+    assert line == canonical_json({**record, "hash": digest}) + b"\n"
