@@ -19,6 +19,8 @@ Throughput rows (calls per second over a fixed number of calls per thread):
   (s1) / (s2)  a CPU-bound guest (a fixed loop of ~4 M fuel, then echo) from 1 / 2
                threads, audit on /dev/shm: wasm runs without the GIL, so two threads
                should nearly double it on two cores
+  (r1) / (r2)  the same guest through raw wasmtime-py from 1 / 2 threads: what the
+               machine allows right now (on a shared machine r2/r1 falls below 2 too)
 
 Then a per-stage breakdown measured in isolation on the same host: policy (engine
 decisions + tool policy + grants), validation (canonicalize), sandbox (Runtime.run),
@@ -41,6 +43,9 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import wasmtime
+from wasmtime import component as wc
 
 from host.config import HostConfig
 from host.egress.port import DenyAllEgress
@@ -131,12 +136,12 @@ def throughput(fn: Callable[[], object], threads: int, calls: int, rounds: int) 
     for _ in range(rounds):
         barrier = threading.Barrier(threads + 1)
 
-        def work() -> None:
+        def work(barrier: threading.Barrier) -> None:
             barrier.wait()
             for _ in range(calls):
                 fn()
 
-        workers = [threading.Thread(target=work) for _ in range(threads)]
+        workers = [threading.Thread(target=work, args=(barrier,)) for _ in range(threads)]
         for w in workers:
             w.start()
         barrier.wait()
@@ -145,6 +150,21 @@ def throughput(fn: Callable[[], object], threads: int, calls: int, rounds: int) 
             w.join()
         rates.append(threads * calls / (time.perf_counter() - start))
     return statistics.median(rates)
+
+
+def raw_spin() -> Callable[[], object]:
+    """The CPU-bound guest through raw wasmtime-py: fresh Store + instantiate + call."""
+    engine = wasmtime.Engine()
+    component = wc.Component(engine, spin_component())
+    linker = wc.Linker(engine)
+
+    def call() -> object:
+        store = wasmtime.Store(engine)
+        func = linker.instantiate(store, component).get_func(store, "call")
+        assert func is not None
+        return func(store, "echo.say", '{"message":"hello, sandbox"}')
+
+    return call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,8 +200,10 @@ def main(argv: list[str] | None = None) -> int:
             ("(t8) Host.call x 8 threads, disk, full", fx_full, 8, per_thread),
             ("(s1) CPU-bound guest x 1 thread", fx_spin, 1, max(per_thread // 10, 20)),
             ("(s2) CPU-bound guest x 2 threads", fx_spin, 2, max(per_thread // 10, 20)),
+            ("(r1) CPU-bound guest, raw wasmtime x 1 thread", None, 1, max(per_thread // 10, 20)),
+            ("(r2) CPU-bound guest, raw wasmtime x 2 threads", None, 2, max(per_thread // 10, 20)),
         ):
-            rates[label] = throughput(_call(fx), threads, count, args.rounds)
+            rates[label] = throughput(raw_spin() if fx is None else _call(fx), threads, count, args.rounds)
             print(f"  measured {label}", file=sys.stderr)
         for fx in (fx_shm, fx_full, fx_flush, fx_spin):
             fx.host.close()
@@ -206,7 +228,8 @@ def _print(results: dict[str, tuple[float, float]], rates: dict[str, float], arg
     print(f"(h - f)/a  = {(by['(h)'] - f) / a:.2f}   (target <= 2.0; h/(a + f) = {by['(h)'] / (a + f):.2f})")
     print(f"hf/a       = {by['(hf)'] / a:.2f}   (target <= 2.2; flush mode, on disk)")
     print(f"t8/t1      = {rate['(t8)'] / rate['(t1)']:.2f}   (target >= 3; group commit)")
-    print(f"s2/s1      = {rate['(s2)'] / rate['(s1)']:.2f}   (target >= 1.7; CPU-bound guest)")
+    print(f"s2/s1      = {rate['(s2)'] / rate['(s1)']:.2f}   (target >= 1.7; CPU-bound guest)"
+          f"   r2/r1 = {rate['(r2)'] / rate['(r1)']:.2f} (raw wasmtime, same run)")
     for key in ("(c1)", "(c3)"):
         if key in by:
             print(f"h/{key[1:-1]}       = {by['(h)'] / by[key]:.2f}")
