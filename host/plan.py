@@ -30,7 +30,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import re
@@ -340,7 +339,11 @@ def _preview(tool: ToolDefinition, digest: str) -> Preview:
         if len(_PREVIEWS) >= 4096:
             _PREVIEWS.clear()
         _PREVIEWS[key] = template
-    return dataclasses.replace(template, action_digest=digest)
+    t = template
+    return Preview(
+        t.tool, t.version, t.package, t.package_version, t.generation, t.effect, t.risk,
+        t.permissions, t.hosts, t.secrets, digest,
+    )
 
 
 _PREVIEWS: dict[tuple[object, ...], Preview] = {}
