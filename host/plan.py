@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets as _random
 import threading
@@ -220,12 +221,23 @@ def action_digest(principal: Principal, tool: ToolDefinition, input_sha256: str)
         raise ValueError("input_sha256 must be 64 lower-case hex digits")
     return sha256_hex(
         head + b'"' + input_sha256.encode("ascii") + b'"' + between_input_project
-        + canonical_json(principal.project) + between_project_subject
-        + canonical_json(principal.subject) + tail
+        + _json_string(principal.project) + between_project_subject
+        + _json_string(principal.subject) + tail
     )
 
 
+def _json_string(text: str) -> bytes:
+    """``canonical_json(text)`` for a str, without the generic walk: the C encoder's
+    escaping is RFC 8785's; a string with a lone surrogate goes the generic way (and is
+    refused there)."""
+    if not text.isascii() and _SURROGATE.search(text):
+        return canonical_json(text)
+    return _encode_basestring(text).encode("utf-8")
+
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_encode_basestring: Callable[[str], str] = json.encoder.encode_basestring  # C-accelerated
 _SLOTS = ("\x00stockade:input\x00", "\x00stockade:project\x00", "\x00stockade:subject\x00")
 _UNKNOWN = object()
 _TEMPLATES: dict[tuple[object, ...], tuple[bytes, bytes, bytes, bytes] | None] = {}

@@ -18,8 +18,9 @@ import pytest
 import host.plan as plan_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
+from host.canonical import digest_json
 from host.errors import AuditUnavailable
-from host.plan import Approval, InvocationPlan, Preview
+from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Effect, Fence
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
 from host.secrets import SecretsStore
@@ -90,6 +91,30 @@ def audit_records(fx: HostFixture) -> list[dict[str, Any]]:
 
 
 # -- steps 1–6: prepare --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("project", "subject"),
+    [("p", "alice"), ("pé\u2028", 'x"y\\z\x00'), ("\ue000", "\U0001f600")],
+    ids=["ascii", "escapes", "high-code-points"],
+)
+def test_action_digest_is_sha256_of_the_canonical_action_document(
+    fx: HostFixture, project: str, subject: str
+) -> None:
+    """The per-tool template of the digest gives byte-for-byte the §7 document's digest."""
+    tool = fx.host.registry.get("echo.say", "1.0.0")
+    principal = Principal(project=project, subject=subject)
+    document = {
+        "domain": "stockade/tool-invocation@1", "project": project, "subject": subject,
+        "tool": "echo.say", "version": "1.0.0",
+        "binding": {
+            "package": "echo", "version": "1.0.0", "generation": tool.binding.generation,
+            "manifest_sha256": tool.binding.manifest_sha256, "module_sha256": tool.binding.module_sha256,
+        },
+        "permissions": ["tool.call:echo.say", "echo.use"], "effect": "read", "risk": "low",
+        "timeout_s": 5, "input_sha256": "ab" * 32,
+    }
+    assert action_digest(principal, tool, "ab" * 32) == digest_json(document)
 
 
 def test_ready_plan_is_digest_bound_under_one_fence(fx: HostFixture) -> None:

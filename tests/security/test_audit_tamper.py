@@ -178,8 +178,8 @@ def signed(tmp_path: Path) -> tuple[Path, dict]:
 def rechain(records: list[dict]) -> list[bytes]:
     """The attacker re-links and re-hashes every record (checkpoints keep their signature)."""
     prev, out = "0" * 64, []
-    for seq, record in enumerate(records, start=1):
-        record = {k: v for k, v in record.items() if k != "hash"}
+    for seq, original in enumerate(records, start=1):
+        record = {k: v for k, v in original.items() if k != "hash"}
         record["seq"], record["prev"] = seq, prev
         if record["kind"] == CHECKPOINT_KIND:
             record["head"], record["count"] = prev, seq - 1
