@@ -522,6 +522,37 @@ def test_every_call_audited_under_concurrency_and_chain_verifies(fx: HostFixture
     }
 
 
+def test_two_calls_run_their_guests_at_the_same_time(tmp_path: Path) -> None:
+    """Nothing in the pipeline serializes sandbox runs (issue 14 item 5): two write calls
+    (intent record, outcome record, full durability) are inside ``Runtime.run`` at once.
+    Each run waits at a barrier for the other; a lock held across the run would break
+    the barrier (its timeout) instead."""
+    fx = make_host(tmp_path, tools=[WRITE_TOOL], allow=WRITE_PERMS)
+    fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+    both_inside = threading.Barrier(2, timeout=30)
+    runtime = fx.host._runtime
+    real_run = runtime.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        both_inside.wait()
+        return real_run(*args, **kwargs)
+
+    runtime.run = run  # type: ignore[method-assign]
+    results: list[Any] = []
+    pool = [
+        threading.Thread(target=lambda m=m: results.append(
+            fx.host.call(fx.request(tool="echo.write", input={"message": m}))))
+        for m in ("a", "b")
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    fx.host.close()
+    assert sorted(r.output["message"] for r in results if r.ok) == ["a", "b"]
+    assert not both_inside.broken
+
+
 def test_acall_runs_the_same_pipeline(fx: HostFixture) -> None:
     result = asyncio.run(fx.host.acall(fx.request()))
     assert result.ok and result.output == {"message": "hi"}
