@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -377,7 +378,7 @@ class Host:
             staged = self._stage_secrets(plan, tool)
             if staged:
                 redactor = self._redactor(tool, staged)
-            if str(getattr(tool.effect, "value", tool.effect)) != "read":
+            if _text(tool.effect) != "read":
                 # Durable before the guest starts, whatever the audit durability mode.
                 self._audit.append("call.intent", self._record(plan, tool, redactor), durable=True)
             egress = self._egress(tool, staged, redactor, started)
@@ -512,7 +513,7 @@ class Host:
             "tool": tool.name,
             "version": tool.version,
             "generation": tool.binding.generation,
-            "effect": str(getattr(tool.effect, "value", tool.effect)),
+            "effect": _text(tool.effect),
             "input": recorded,
             "fence": [plan.fence.policy_version, plan.fence.role_binding_version],
         }
@@ -626,6 +627,12 @@ class Host:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _text(member: object) -> str:
+    """The string value of an enum member (``Enum.value`` is a slow descriptor)."""
+    return str(getattr(member, "value", member))
 
 
 def _log_text(log: object) -> str:

@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -296,6 +297,7 @@ def required_permissions(tool: ToolDefinition) -> list[str]:
     return [f"tool.call:{tool.name}", *tool.permissions]
 
 
+@functools.lru_cache(maxsize=64)
 def _enum_value(value: object) -> str:
     return str(getattr(value, "value", value))
 

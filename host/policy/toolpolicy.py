@@ -136,7 +136,7 @@ def strictest(*modes: ToolMode) -> ToolMode:
     """
     if not modes:
         raise ValueError("strictest() needs at least one mode")
-    return max(modes, key=lambda m: _RANK[ToolMode(m)])
+    return max(modes, key=lambda m: _RANK[m if type(m) is ToolMode else ToolMode(m)])
 
 
 def service_of(tool: str) -> str:
@@ -352,6 +352,7 @@ def _parse_cap(data: bytes) -> dict[Selector, ToolMode]:
     return _collect([(_from_json(r.selector), r.max) for r in doc.rules])
 
 
+@functools.lru_cache(maxsize=64)
 def _effect_name(effect: object) -> str:
     value = effect.value if isinstance(effect, Enum) else effect
     if value not in EFFECT_CLASSES:
