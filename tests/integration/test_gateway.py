@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import host.audit as audit_module
 import host.plan as plan_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
@@ -551,6 +552,35 @@ def test_two_calls_run_their_guests_at_the_same_time(tmp_path: Path) -> None:
     fx.host.close()
     assert sorted(r.output["message"] for r in results if r.ok) == ["a", "b"]
     assert not both_inside.broken
+
+
+@pytest.mark.parametrize("durability", ["full", "flush"])
+def test_intent_record_is_on_disk_before_the_guest_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """In both durability modes the intent of a write call is fsynced before the guest
+    runs; only ``full`` also waits for the outcome record's fsync."""
+    config = HostConfig(state_dir=tmp_path / "state", audit_durability=durability,  # type: ignore[arg-type]
+                        audit_flush_interval_ms=3_600_000)
+    fx = make_host(tmp_path, tools=[WRITE_TOOL], allow=WRITE_PERMS, config=config)
+    fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+    synced: list[int] = []
+    real_fsync = audit_module.os.fsync
+    monkeypatch.setattr(audit_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    seen_at_start: list[int] = []
+    runtime = fx.host._runtime
+    real_run = runtime.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        seen_at_start.append(len(synced))
+        return real_run(*args, **kwargs)
+
+    runtime.run = run  # type: ignore[method-assign]
+    result = fx.host.call(fx.request(tool="echo.write"))
+    assert result.ok
+    assert seen_at_start == [1]  # the intent record's fsync, before the guest started
+    assert len(synced) == (2 if durability == "full" else 1)  # the outcome's own fsync in full mode
+    fx.host.close()
 
 
 def test_acall_runs_the_same_pipeline(fx: HostFixture) -> None:
