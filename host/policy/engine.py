@@ -40,7 +40,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -237,6 +237,8 @@ class _Compiled:
     fence: Fence
     # (project, subject) -> (allowed permissions, asked permissions)
     index: Mapping[tuple[str, str], tuple[frozenset[str], frozenset[str]]]
+    # Decisions already made under this snapshot (immutable values; bounded, see _decide).
+    decided: dict[tuple[str, str, str, str], Decision] = field(default_factory=dict, compare=False)
 
 
 def _parse_document(data: bytes) -> _PolicyDocument:
@@ -463,7 +465,22 @@ class FilePolicyEngine:
         self._cache.invalidate()
 
 
+_MAX_DECIDED = 4096  # decisions remembered per policy snapshot
+
+
 def _decide(compiled: _Compiled, principal: PrincipalRef, project: str, permission: str) -> Decision:
+    """The decision under one snapshot; a snapshot never changes, so it is remembered."""
+    key = (principal.project, principal.subject, project, permission)
+    known = compiled.decided.get(key)
+    if known is None:
+        known = _decide_anew(compiled, principal, project, permission)
+        if len(compiled.decided) >= _MAX_DECIDED:
+            compiled.decided.clear()
+        compiled.decided[key] = known
+    return known
+
+
+def _decide_anew(compiled: _Compiled, principal: PrincipalRef, project: str, permission: str) -> Decision:
     fence = compiled.fence
     if principal.project != project:
         return Decision(Effect.DENY, fence, "principal belongs to another project")
