@@ -1,4 +1,5 @@
-"""Hash-chained, append-only audit log (DESIGN §6 steps 9 and 11, §8 "Audit").
+"""Hash-chained, append-only audit log with signed checkpoints (DESIGN §6 steps 9 and 11,
+§8 "Audit", §12 "Audit").
 
 One JSON object per line, each the RFC 8785 canonical JSON of::
 
@@ -12,44 +13,88 @@ Invariants:
 - ``seq`` starts at 1 and grows by one; the first record's ``prev`` is 64 zeros;
   ``hash`` is the lower-case hex SHA-256 of the canonical JSON of the record without
   ``hash``; each line is exactly the canonical JSON of its record plus ``"\\n"``.
-- :meth:`AuditLog.append` writes one whole line, then ``fsync``s, before it returns the
-  record's hash. If any step fails (a full disk, an I/O error) the file is truncated
-  back to its previous length, :class:`~host.errors.AuditUnavailable` is raised and the
-  chain state (seq, prev) does not advance; if the file cannot be truncated back either,
+- **Durability** is a named mode (:data:`DURABILITY_MODES`):
+
+  - ``full`` (the default): :meth:`AuditLog.append` returns only after the record is on
+    disk. Concurrent appends are *group-committed*: each caller writes its line under
+    the log's lock, then one caller fsyncs for everyone whose line is written (one fsync
+    per batch); a caller waits at most for the fsync in flight plus its own batch's.
+  - ``flush``: ``append`` returns once the line is written to the OS (it survives a
+    crash of the process, not of the machine); a background thread fsyncs at most every
+    ``flush_interval_ms`` and :meth:`AuditLog.close` fsyncs.
+
+  ``append(..., durable=True)`` waits for the disk in either mode (intent records for
+  non-read effects use it: they are on disk before the guest starts, always).
+- If a write fails (a full disk, an I/O error) the file is truncated back to its
+  previous length, :class:`~host.errors.AuditUnavailable` is raised and the chain state
+  (seq, prev) does not advance. If an fsync fails in ``full`` mode, every record of that
+  batch is cut off, each of its callers gets AuditUnavailable and the chain resumes from
+  the last durable record; in ``flush`` mode (records already acknowledged) the log
+  refuses further appends until it is reopened. If the file cannot be truncated back,
   the log refuses every further append until it is reopened.
+- **Signed checkpoints** (with a ``signer``, :class:`~host.auditkey.AuditKey`): after
+  every ``checkpoint_every`` records, when ``checkpoint_interval_s`` passed since the
+  last checkpoint with records written since, and on close, the writer appends a record
+  of kind ``audit.checkpoint``::
+
+      {"kind": "audit.checkpoint", "statement": "stockade/audit-checkpoint@1",
+       "head": "<hash of record count>", "count": 1000, "key_id": "<16 hex>",
+       "reason": "records" | "interval" | "close", "signature": "<base64, 64 bytes>", ...}
+
+  The signature is Ed25519 over :func:`checkpoint_statement` (the statement tag, head,
+  count, the record's ``time``, key id and reason), so it vouches for the whole chain up
+  to ``head``. Callers cannot append this kind.
 - Opening resumes from the last line and verifies it; an incomplete or corrupt tail
   refuses to open (AUDIT_UNAVAILABLE): the operator inspects it with
   ``stockade log verify`` before anything else is written after it.
 - One writer per file: the file is ``flock``-ed for as long as the log is open, so a
   second :class:`AuditLog` on the same file (in this or another process) is refused
   instead of forking the chain. Close it (or use ``with``) to release it.
-- :func:`verify` names the first broken record: an edited, deleted, inserted or
-  reordered line, or an incomplete last line. Removing whole records *from the end*
-  leaves a valid shorter chain; pass a hash known from earlier (``expected_head``, e.g.
-  an ``audit_id`` a caller was given) to detect that truncation too.
+
+What :func:`verify` detects:
+
+- without a key: any edited, deleted, inserted or reordered line, or an incomplete last
+  line (a torn write), naming the first broken record. An edit *followed by re-hashing*
+  every later record is **not** detected (the chain is unkeyed);
+- with the audit public key(s): additionally an edit plus re-hash of any record up to the
+  last checkpoint (its signature no longer verifies), and a forged or altered
+  checkpoint; it reports the last verified checkpoint, how many records after it are
+  covered by no signature, and whether the log ends with a ``close`` checkpoint. Records
+  removed *after* the last checkpoint, or edited and re-hashed there, cannot be told
+  apart from a log that simply ended (a crash): the report says so. Cutting the log back
+  to an earlier checkpoint, or replacing it by an older copy, is detected only with
+  ``expected_head`` (a hash known from later, e.g. an ``audit_id`` handed out).
 
 Example::
 
-    with AuditLog(state_dir / "audit.log") as log:
+    with AuditLog(state_dir / "audit.log", signer=AuditKey.load_or_create(state_dir)) as log:
         audit_id = log.append("call.outcome", {"tool": "tracker.list-issues", "ok": True})
-    report = verify(state_dir / "audit.log", expected_head=audit_id)
-    assert report.ok
+    keys = load_public_keys([state_dir / "audit-key.pub"])
+    report = verify(state_dir / "audit.log", expected_head=audit_id, keys=keys)
+    assert report.ok and report.closed
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import errno
 import hashlib
+import logging
 import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any
+from typing import Any, Final, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from host.auditkey import AuditKey, verify_signature
 from host.canonical import canonical_json, parse_json
 from host.errors import AuditUnavailable, StockadeError
 
@@ -60,15 +105,22 @@ except ImportError:  # pragma: no cover - non-POSIX platforms
     _fcntl = None
 
 __all__ = [
+    "CHECKPOINT_KIND",
+    "CHECKPOINT_STATEMENT",
+    "DURABILITY_MODES",
     "GENESIS",
     "MAX_RECORD_BYTES",
     "REDACTED",
     "RESERVED_FIELDS",
     "AuditLog",
+    "Durability",
     "VerifyReport",
+    "checkpoint_statement",
     "redact_params",
     "verify",
 ]
+
+_log = logging.getLogger("stockade.audit")
 
 GENESIS = "0" * 64
 """The ``prev`` of the first record."""
@@ -76,8 +128,16 @@ GENESIS = "0" * 64
 MAX_RECORD_BYTES = 1024 * 1024  # bytes of one canonical record line, newline included
 RESERVED_FIELDS = frozenset({"seq", "time", "prev", "kind", "hash"})
 REDACTED = "[REDACTED]"
+CHECKPOINT_KIND: Final = "audit.checkpoint"
+CHECKPOINT_STATEMENT: Final = "stockade/audit-checkpoint@1"
+CHECKPOINT_REASONS: Final = frozenset({"records", "interval", "close"})
+Durability = Literal["full", "flush"]
+DURABILITY_MODES: Final = ("full", "flush")
 _MAX_KIND_CHARS = 128
+_HASH_PLACEHOLDER = "stockade:hash-placeholder"
+_HASH_MEMBER = b'"hash":"stockade:hash-placeholder"'
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +145,17 @@ class VerifyReport:
     """The result of :func:`verify`.
 
     Args:
-        ok: the whole file is one intact chain (and holds ``expected_head`` if given).
+        ok: the whole file is one intact chain, every checkpoint verified (when keys
+            were given) and it holds ``expected_head`` (if given).
         records: how many records verified before the first broken one.
         first_broken: the 1-based line number of the first broken record, or None.
         reason: what is wrong with it ("" when ok).
         head: hash of the last intact record (GENESIS for an empty log).
+        keys_checked: checkpoint signatures were checked (public keys were given).
+        checkpoints: checkpoints found intact (verified when ``keys_checked``).
+        last_checkpoint: ``seq`` of the last such checkpoint, or None.
+        unsigned_tail: records after the last checkpoint (covered by no signature).
+        closed: the log ends with a ``close`` checkpoint (the writer closed it cleanly).
     """
 
     ok: bool
@@ -97,6 +163,11 @@ class VerifyReport:
     first_broken: int | None
     reason: str
     head: str = GENESIS
+    keys_checked: bool = False
+    checkpoints: int = 0
+    last_checkpoint: int | None = None
+    unsigned_tail: int = 0
+    closed: bool = False
 
 
 class _Broken(Exception):
@@ -106,6 +177,20 @@ class _Broken(Exception):
 def _record_hash(record: Mapping[str, Any]) -> str:
     body = {key: value for key, value in record.items() if key != "hash"}
     return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def checkpoint_statement(*, head: str, count: int, time: int, key_id: str, reason: str) -> bytes:
+    """The exact bytes a checkpoint signature covers (canonical JSON, domain-tagged)."""
+    return canonical_json(
+        {
+            "statement": CHECKPOINT_STATEMENT,
+            "head": head,
+            "count": count,
+            "time": time,
+            "key_id": key_id,
+            "reason": reason,
+        }
+    )
 
 
 def _check_line(line: bytes) -> dict[str, Any]:
@@ -136,49 +221,110 @@ def _check_line(line: bytes) -> dict[str, Any]:
     return record
 
 
-def verify(path: Path, *, expected_head: str | None = None) -> VerifyReport:
+def _check_checkpoint(record: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey] | None) -> None:
+    """Check a checkpoint's shape and (with ``keys``) its signature; raise _Broken."""
+    if record.get("statement") != CHECKPOINT_STATEMENT:
+        raise _Broken(f"checkpoint without the statement tag {CHECKPOINT_STATEMENT!r}")
+    head, count, key_id = record.get("head"), record.get("count"), record.get("key_id")
+    reason, signature = record.get("reason"), record.get("signature")
+    if head != record["prev"] or type(count) is not int or count != record["seq"] - 1:
+        raise _Broken("checkpoint head or count does not match its place in the chain")
+    if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id) or reason not in CHECKPOINT_REASONS:
+        raise _Broken("checkpoint key_id or reason is malformed")
+    try:
+        raw = base64.b64decode(str(signature), validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 64:
+        raise _Broken("checkpoint signature is not base64 of 64 bytes")
+    if keys is None:
+        return
+    if key_id not in keys:
+        raise _Broken(f"checkpoint signed by key {key_id}, which is not a given audit public key")
+    statement = checkpoint_statement(
+        head=str(head), count=count, time=int(record["time"]), key_id=key_id, reason=str(reason)
+    )
+    if not verify_signature(keys, key_id, raw, statement):
+        raise _Broken("checkpoint signature does not verify (records up to it were edited and re-hashed)")
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Running state of :func:`verify`."""
+
+    prev: str = GENESIS
+    count: int = 0
+    checkpoints: int = 0
+    last_checkpoint: int | None = None
+    closed: bool = False
+
+    def report(self, ok: bool, broken: int | None, reason: str, keys_checked: bool) -> VerifyReport:
+        signed = self.last_checkpoint or 0
+        return VerifyReport(
+            ok, self.count, broken, reason, self.prev, keys_checked, self.checkpoints,
+            self.last_checkpoint, self.count - signed, self.closed,
+        )
+
+
+def verify(
+    path: Path,
+    *,
+    expected_head: str | None = None,
+    keys: Mapping[str, Ed25519PublicKey] | None = None,
+) -> VerifyReport:
     """Check a whole audit log and name the first broken record.
 
     Args:
         path: the log file.
         expected_head: a record hash known to be in the log (e.g. an ``audit_id``
             handed out earlier); if it is absent the log was truncated or rewritten.
+        keys: audit public keys by key id (:func:`host.auditkey.load_public_keys`);
+            with them every checkpoint's signature must verify. Without them
+            checkpoints are only checked for shape (``keys_checked`` is False).
 
     Returns:
         A :class:`VerifyReport`; ``ok`` is False for an unreadable file too.
     """
-    prev = GENESIS
-    count = 0
+    walk = _Walk()
     seen_expected = expected_head is None
+    checked = keys is not None
     try:
         with open(path, "rb") as handle:
             while True:
                 raw = handle.readline(MAX_RECORD_BYTES + 1)
                 if not raw:
                     break
-                number = count + 1
+                number = walk.count + 1
                 if not raw.endswith(b"\n"):
                     why = "record too large" if len(raw) > MAX_RECORD_BYTES else "incomplete last record"
-                    return VerifyReport(False, count, number, f"{why} (truncated)", prev)
+                    return walk.report(False, number, f"{why} (truncated: a torn write)", checked)
                 try:
                     record = _check_line(raw[:-1])
+                    _check_link(record, number, walk.prev)
+                    if record["kind"] == CHECKPOINT_KIND:
+                        _check_checkpoint(record, keys)
                 except _Broken as exc:
-                    return VerifyReport(False, count, number, str(exc), prev)
-                if record["seq"] != number:
-                    why = f"seq {record['seq']} where {number} was expected (deleted, inserted or reordered)"
-                    return VerifyReport(False, count, number, why, prev)
-                if record["prev"] != prev:
-                    why = "prev does not match the previous record's hash (deleted, inserted or reordered)"
-                    return VerifyReport(False, count, number, why, prev)
-                prev = record["hash"]
-                count = number
-                seen_expected = seen_expected or prev == expected_head
+                    return walk.report(False, number, str(exc), checked)
+                walk.prev = record["hash"]
+                walk.count = number
+                walk.closed = record["kind"] == CHECKPOINT_KIND and record["reason"] == "close"
+                if record["kind"] == CHECKPOINT_KIND:
+                    walk.checkpoints += 1
+                    walk.last_checkpoint = number
+                seen_expected = seen_expected or walk.prev == expected_head
     except OSError as exc:
-        return VerifyReport(False, count, count + 1, f"cannot read the log: {exc.strerror or exc}", prev)
+        return walk.report(False, walk.count + 1, f"cannot read the log: {exc.strerror or exc}", checked)
     if not seen_expected:
         why = f"record {expected_head} is not in the log (truncated or rewritten)"
-        return VerifyReport(False, count, count + 1, why, prev)
-    return VerifyReport(True, count, None, "", prev)
+        return walk.report(False, walk.count + 1, why, checked)
+    return walk.report(True, None, "", checked)
+
+
+def _check_link(record: Mapping[str, Any], number: int, prev: str) -> None:
+    if record["seq"] != number:
+        raise _Broken(f"seq {record['seq']} where {number} was expected (deleted, inserted or reordered)")
+    if record["prev"] != prev:
+        raise _Broken("prev does not match the previous record's hash (deleted, inserted or reordered)")
 
 
 def redact_params(input: Mapping[str, Any], sensitive: Iterable[str]) -> dict[str, Any]:
@@ -195,26 +341,102 @@ def redact_params(input: Mapping[str, Any], sensitive: Iterable[str]) -> dict[st
     return {key: (REDACTED if key in names else value) for key, value in input.items()}
 
 
+def encode_record(record: dict[str, Any]) -> tuple[bytes, str]:
+    """The line (canonical JSON plus newline) and hash of a record that has no ``hash`` yet.
+
+    The record is canonicalized once: it is encoded with a placeholder as its ``hash``,
+    the hashed body is that line without the placeholder member, and the line gets the
+    real hash spliced in. The top-level member is always in the line, so when the
+    placeholder member occurs exactly once it is that one; if a payload holds it too
+    (a nested ``"hash"`` key with that value), the record is encoded the slow way.
+
+    Raises:
+        StockadeError: the record has no canonical form.
+    """
+    record["hash"] = _HASH_PLACEHOLDER
+    try:
+        marked = canonical_json(record)
+    finally:
+        del record["hash"]
+    member = _HASH_MEMBER
+    at = marked.find(member)
+    end = at + len(member)
+    if at <= 0 or marked.find(member, end) != -1:
+        digest = hashlib.sha256(canonical_json(record)).hexdigest()
+        return canonical_json({**record, "hash": digest}) + b"\n", digest
+    if marked[at - 1 : at] == b",":
+        body = marked[: at - 1] + marked[end:]
+    else:  # the first member: drop the comma after it (there is one: "kind" sorts later)
+        body = marked[:at] + marked[end + 1 :]
+    digest = hashlib.sha256(body).hexdigest()
+    return marked[:at] + b'"hash":"' + digest.encode("ascii") + b'"' + marked[end:] + b"\n", digest
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A point in the file: its size and the chain state after it."""
+
+    size: int
+    seq: int
+    prev: str
+
+
 class AuditLog:
     """The one writer of a hash-chained audit log file.
 
     Args:
         path: the log file; created (mode 0600) if missing.
         clock: wall-clock seconds for the ``time`` field.
+        durability: ``"full"`` (default) or ``"flush"`` (module docstring).
+        flush_interval_ms: in ``flush`` mode, the most time between a write and its fsync.
+        signer: the key that signs checkpoints (``None``: no checkpoints).
+        checkpoint_every: records between two checkpoints (at most).
+        checkpoint_interval_s: seconds after which records written since the last
+            checkpoint get one (checked on append and by a background thread).
 
     Raises:
         AuditUnavailable: the file cannot be opened or locked, or its last record is
             incomplete or corrupt.
+        ValueError: an unknown durability mode or a non-positive interval (caller misuse).
     """
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        durability: Durability = "full",
+        flush_interval_ms: int = 50,
+        signer: AuditKey | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
+    ) -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
+        if flush_interval_ms <= 0 or checkpoint_every <= 0 or not checkpoint_interval_s > 0:
+            raise ValueError("flush_interval_ms, checkpoint_every and checkpoint_interval_s must be positive")
         self.path = Path(path)
+        self.durability: Durability = durability
         self._clock = clock
-        self._lock = threading.Lock()
+        self._signer = signer
+        self._every = checkpoint_every
+        self._interval_s = float(checkpoint_interval_s)
+        self._lock = threading.Lock()  # chain state and writes
+        self._cond = threading.Condition()  # durability bookkeeping (never held while writing)
         self._broken = False
+        self._fd: int | None = None
+        self._size, self._seq, self._prev = 0, 0, GENESIS
+        self._durable = _Mark(0, 0, GENESIS)
+        self._epoch = 0  # bumped when unsynced records are cut off after a failed fsync
+        self._cut_at: dict[int, int] = {}  # epoch -> durable size when it ended
+        self._syncing = False
+        self._unsigned = 0
+        self._last_checkpoint = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         try:
-            self._fd: int | None = os.open(self.path, flags, 0o600)
+            self._fd = os.open(self.path, flags, 0o600)
         except OSError as exc:
             raise AuditUnavailable(f"cannot open the audit log: {exc.strerror or exc}") from None
         try:
@@ -224,6 +446,14 @@ class AuditLog:
         except BaseException:
             self.close()
             raise
+        self._durable = _Mark(self._size, self._seq, self._prev)
+        if durability == "flush" or signer is not None:
+            period = flush_interval_ms / 1000 if durability == "flush" else self._interval_s
+            self._thread = threading.Thread(
+                target=_background, args=(weakref.ref(self), self._stop, period),
+                name="stockade-audit", daemon=True,
+            )
+            self._thread.start()
 
     def _take_lock(self) -> None:
         if _fcntl is None or self._fd is None:  # pragma: no cover - non-POSIX platforms
@@ -254,7 +484,9 @@ class AuditLog:
             raise AuditUnavailable("the audit log is closed")
         try:
             if os.pread(fd, 1, self._size - 1) != b"\n":
-                raise AuditUnavailable("the last audit record is incomplete; run `stockade log verify`")
+                raise AuditUnavailable(
+                    "the last audit record is incomplete (a torn write); run `stockade log verify`"
+                )
             start = max(0, self._size - 1 - MAX_RECORD_BYTES)
             tail = os.pread(fd, self._size - 1 - start, start)
         except OSError as exc:
@@ -270,57 +502,79 @@ class AuditLog:
         with self._lock:
             return self._seq, self._prev
 
-    def append(self, kind: str, payload: Mapping[str, object]) -> str:
-        """Append one record and make it durable (write + fsync) before returning.
+    def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
+        """Append one record; return once it is as durable as the mode (or ``durable``) asks.
 
         Args:
             kind: the record kind, e.g. ``call.intent`` or ``call.outcome``.
             payload: JSON data; its keys must not be ``seq``, ``time``, ``prev``,
                 ``kind`` or ``hash``.
+            durable: ``True``: on disk before returning, whatever the mode; ``None``:
+                as the mode says (``full``: on disk; ``flush``: written to the OS).
 
         Raises:
-            AuditUnavailable: the record could not be written, is not canonical JSON or
-                is larger than :data:`MAX_RECORD_BYTES`, or the log is closed or broken;
-                nothing was added and the chain state is unchanged.
-            ValueError: an empty kind or a reserved payload key (caller misuse).
+            AuditUnavailable: the record could not be written or made durable, is not
+                canonical JSON or is larger than :data:`MAX_RECORD_BYTES`, or the log is
+                closed or broken; nothing was added and the chain state is unchanged.
+            ValueError: an empty kind, the checkpoint kind or a reserved payload key
+                (caller misuse).
 
         Returns:
             The new record's hash (its id; the next record's ``prev``).
         """
         if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
             raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
+        if kind == CHECKPOINT_KIND:
+            raise ValueError(f"{CHECKPOINT_KIND} records are written by the log itself")
         clash = RESERVED_FIELDS.intersection(payload)
         if clash:
             raise ValueError(f"payload keys {sorted(clash)} are reserved")
         with self._lock:
-            fd = self._fd
-            if fd is None:
-                raise AuditUnavailable("the audit log is closed")
-            if self._broken:
-                raise AuditUnavailable("an earlier audit write failed and could not be undone; reopen it")
-            stamp = int(self._clock() * 1000)
-            record: dict[str, Any] = {
-                **payload, "seq": self._seq + 1, "time": stamp, "prev": self._prev, "kind": kind
-            }
-            line = self._encode(record)
-            self._write_durably(fd, line)
-            self._seq += 1
-            self._prev = str(record["hash"])
-            self._size += len(line)
-            return self._prev
+            fd = self._writable()
+            digest = self._write_record(fd, kind, payload, int(self._clock() * 1000))
+            self._unsigned += 1
+            self._maybe_checkpoint(fd, closing=False)
+            epoch, end = self._epoch, self._size
+        if durable or (durable is None and self.durability == "full"):
+            self._wait_durable(epoch, end)
+        return digest
 
-    @staticmethod
-    def _encode(record: dict[str, Any]) -> bytes:
+    def sync(self) -> None:
+        """Make every record written so far durable (fsync), group-committed with others.
+
+        Raises:
+            AuditUnavailable: the fsync failed or the log is closed.
+        """
+        with self._lock:
+            epoch, end = self._epoch, self._size
+        self._wait_durable(epoch, end)
+
+    # -- writing (under self._lock) ------------------------------------------------------
+
+    def _writable(self) -> int:
+        fd = self._fd
+        if fd is None:
+            raise AuditUnavailable("the audit log is closed")
+        if self._broken:
+            raise AuditUnavailable("an earlier audit write failed and could not be undone; reopen it")
+        return fd
+
+    def _write_record(self, fd: int, kind: str, payload: Mapping[str, object], stamp: int) -> str:
+        record: dict[str, Any] = {**payload, "seq": self._seq + 1, "time": stamp, "prev": self._prev}
+        record["kind"] = kind
         try:
-            record["hash"] = _record_hash(record)
-            line = canonical_json(record) + b"\n"
+            line, digest = encode_record(record)
         except StockadeError as exc:
             raise AuditUnavailable(f"the audit record is not canonical JSON: {exc.message}") from None
         if len(line) > MAX_RECORD_BYTES:
             raise AuditUnavailable(f"the audit record is {len(line)} bytes, over {MAX_RECORD_BYTES}")
-        return line
+        self._write_line(fd, line)
+        self._seq += 1
+        self._prev = digest
+        self._size += len(line)
+        return digest
 
-    def _write_durably(self, fd: int, line: bytes) -> None:
+    def _write_line(self, fd: int, line: bytes) -> None:
         try:
             view = memoryview(line)
             while view:
@@ -328,25 +582,161 @@ class AuditLog:
                 if written <= 0:  # pragma: no cover - os.write raises instead
                     raise OSError(errno.EIO, "short write")
                 view = view[written:]
-            os.fsync(fd)
         except OSError as exc:
-            self._undo(fd)
+            self._undo(fd, self._size)
             raise AuditUnavailable(f"cannot write the audit log: {exc.strerror or exc}") from None
 
-    def _undo(self, fd: int) -> None:
-        """Cut a partly written record off; if that fails too, refuse further appends."""
+    def _undo(self, fd: int, size: int) -> None:
+        """Cut the file back to ``size``; if that fails too, refuse further appends."""
         try:
-            if os.fstat(fd).st_size != self._size:
-                os.ftruncate(fd, self._size)
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)
         except OSError:
             self._broken = True
 
+    def _maybe_checkpoint(self, fd: int, *, closing: bool) -> None:
+        if self._signer is None or self._unsigned == 0:
+            return
+        if closing:
+            reason = "close"
+        elif self._unsigned >= self._every:
+            reason = "records"
+        elif time.monotonic() - self._last_checkpoint >= self._interval_s:
+            reason = "interval"
+        else:
+            return
+        stamp = int(self._clock() * 1000)
+        signer = self._signer
+        statement = checkpoint_statement(
+            head=self._prev, count=self._seq, time=stamp, key_id=signer.key_id, reason=reason
+        )
+        payload = {
+            "statement": CHECKPOINT_STATEMENT,
+            "head": self._prev,
+            "count": self._seq,
+            "key_id": signer.key_id,
+            "reason": reason,
+            "signature": base64.b64encode(signer.sign(statement)).decode("ascii"),
+        }
+        try:
+            self._write_record(fd, CHECKPOINT_KIND, payload, stamp)
+        except AuditUnavailable as exc:  # the record itself is written; retried next time
+            _log.error("cannot write an audit checkpoint: %s", exc)
+            return
+        self._unsigned = 0
+        self._last_checkpoint = time.monotonic()
+
+    # -- durability (group commit) --------------------------------------------------------
+
+    def _wait_durable(self, epoch: int, end: int) -> None:
+        """Return once the bytes up to ``end`` written in ``epoch`` are on disk.
+
+        The first waiter that finds no fsync in flight becomes the leader: it fsyncs
+        everything written so far, for every waiter; the others wait for it.
+        """
+        while True:
+            with self._cond:
+                while True:
+                    if epoch != self._epoch:
+                        if end <= self._cut_at.get(epoch, -1):
+                            return
+                        raise AuditUnavailable("cannot write the audit log: the fsync of this record failed")
+                    if self._durable.size >= end:
+                        return
+                    if not self._syncing:
+                        self._syncing = True
+                        break
+                    self._cond.wait()
+            self._lead_sync()
+
+    def _lead_sync(self) -> None:
+        """fsync as the leader of one batch; on failure cut the batch off (or break)."""
+        failure: OSError | None = None
+        try:
+            with self._lock:
+                fd = self._fd
+                mark = _Mark(self._size, self._seq, self._prev)
+                epoch = self._epoch
+            if fd is None:
+                failure = OSError(errno.EBADF, "the audit log is closed")
+            else:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    failure = exc
+                    self._after_failed_sync(fd)
+        finally:
+            with self._cond:
+                self._syncing = False
+                if failure is None and epoch == self._epoch:
+                    self._durable = mark
+                self._cond.notify_all()
+        if failure is not None and fd is None:
+            raise AuditUnavailable("the audit log is closed")
+
+    def _after_failed_sync(self, fd: int) -> None:
+        """Cut unsynced records off (``full``) or refuse further appends (``flush``)."""
+        with self._lock, self._cond:
+            durable = self._durable
+            _log.error("audit fsync failed; records after seq %d are not durable", durable.seq)
+            if self.durability == "full":
+                self._undo(fd, durable.size)
+                self._size, self._seq, self._prev = durable.size, durable.seq, durable.prev
+            else:
+                self._broken = True
+            self._cut_at[self._epoch] = durable.size
+            self._epoch += 1
+            while len(self._cut_at) > 64:
+                del self._cut_at[min(self._cut_at)]
+
+    def _tick(self) -> None:
+        """Background work: the periodic fsync (``flush``) and the interval checkpoint."""
+        with self._lock:
+            fd = self._fd
+            if fd is None or self._broken:
+                return
+            self._maybe_checkpoint(fd, closing=False)
+            dirty = self._size != self._durable.size
+        if dirty and self.durability == "flush":
+            try:
+                self.sync()
+            except AuditUnavailable as exc:
+                _log.error("periodic audit fsync failed: %s", exc)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
     def close(self) -> None:
-        """Release the file (and its lock); further appends raise AuditUnavailable."""
+        """Write the ``close`` checkpoint, fsync, and release the file (and its lock).
+
+        Further appends raise AuditUnavailable. Idempotent.
+        """
+        self._stop_thread()
+        with self._lock:
+            fd = self._fd
+            if fd is None:
+                return
+            if not self._broken:
+                self._maybe_checkpoint(fd, closing=True)
+        if not self._broken:
+            try:
+                self.sync()
+            except AuditUnavailable as exc:
+                _log.error("final audit fsync failed: %s", exc)
         with self._lock:
             fd, self._fd = self._fd, None
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
         if fd is not None:
             os.close(fd)
+
+    def _stop_thread(self) -> None:
+        stop = getattr(self, "_stop", None)
+        thread = getattr(self, "_thread", None)
+        if stop is not None:
+            stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def __enter__(self) -> AuditLog:
         return self
@@ -357,6 +747,23 @@ class AuditLog:
         self.close()
 
     def __del__(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
         fd = getattr(self, "_fd", None)
         if fd is not None:
             os.close(fd)
+
+
+def _background(ref: weakref.ref[AuditLog], stop: threading.Event, period: float) -> None:
+    """The log's background thread; holds only a weak reference, so it never keeps a
+    forgotten log alive."""
+    while not stop.wait(period):
+        log = ref()
+        if log is None:
+            return
+        try:
+            log._tick()
+        except Exception:  # pragma: no cover - a bug here must not kill the thread silently
+            _log.exception("audit background work failed")
+        del log

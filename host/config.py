@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 __all__ = ["DEFAULT_CEILINGS", "Ceilings", "HostConfig"]
 
@@ -67,6 +68,15 @@ class HostConfig:
         unsafe_allow_loopback: TEST ONLY. Lets egress reach loopback addresses (and
             only those, besides public ones). A manifest cannot set it; using it logs a
             warning and is recorded in the audit log.
+        audit_durability: ``"full"`` (default: a call returns only after its outcome
+            record is on disk; concurrent calls share fsyncs) or ``"flush"`` (written to
+            the OS before the call returns; fsynced within ``audit_flush_interval_ms``
+            and on close). Intent records of non-read calls are on disk before the
+            guest starts in both modes (see :mod:`host.audit`).
+        audit_flush_interval_ms: ms, the longest a ``flush``-mode record waits for fsync.
+        audit_checkpoint_every: records between two signed audit checkpoints (at most).
+        audit_checkpoint_interval_s: s, the longest records wait for a signed checkpoint
+            while the host runs (one is also written on close).
     """
 
     state_dir: Path
@@ -76,10 +86,20 @@ class HostConfig:
     admin_policy_dir: Path | None = None
     extra_ca_file: Path | None = None
     unsafe_allow_loopback: bool = False
+    audit_durability: Literal["full", "flush"] = "full"
+    audit_flush_interval_ms: int = 50
+    audit_checkpoint_every: int = 1000
+    audit_checkpoint_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
         # Accept str at run time for convenience; the field is always a Path afterwards.
         object.__setattr__(self, "state_dir", Path(self.state_dir))
+        if self.audit_durability not in ("full", "flush"):
+            raise ValueError(f"audit_durability must be 'full' or 'flush', got {self.audit_durability!r}")
+        for name in ("audit_flush_interval_ms", "audit_checkpoint_every", "audit_checkpoint_interval_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"HostConfig.{name} must be positive, got {value!r}")
         if self.unsafe_allow_loopback:
             _log.warning(
                 "unsafe_allow_loopback is on: plugins may reach 127.0.0.0/8 and ::1. "

@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -42,6 +43,7 @@ from typing import Any
 
 from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
 from host.audit import AuditLog, redact_params
+from host.auditkey import AuditKey
 from host.canonical import parse_json
 from host.config import HostConfig
 from host.egress.policy import EgressPolicy, Resolver, system_resolver
@@ -69,6 +71,9 @@ from host.secrets import SecretsStore, SecretValue
 __all__ = ["CallResult", "ErrorInfo", "Host", "Usage"]
 
 _log = logging.getLogger("stockade.gateway")
+
+_NO_REDACTION = Redactor(())
+"""The redactor of a call that staged no secret (built once: it redacts nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,7 @@ class Host:
         self._owns_audit = owns_audit
         self._transport_factory = transport_factory
         self._closed = threading.Event()
+        self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
 
     # -- opening -----------------------------------------------------------------------
 
@@ -215,7 +221,7 @@ class Host:
         loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
         # Opened after the lock verified: a refused lock (e.g. BUNDLE_MISSING) leaves no
         # audit writer open, so the same process can fetch and open again.
-        log = audit if isinstance(audit, AuditLog) else AuditLog(Path(audit))
+        log = audit if isinstance(audit, AuditLog) else _open_audit(Path(audit), config)
         runtime = Runtime(config)
         try:
             items = [(p.binding.package, p.module_bytes, p.binding.module_sha256) for p in loaded.packages]
@@ -359,7 +365,7 @@ class Host:
         principal = plan.request.principal
         started = time.monotonic()
         staged: dict[str, SecretValue] = {}
-        redactor = Redactor(())
+        redactor = _NO_REDACTION
         egress: EgressPort = DenyAllEgress()
         try:
             limit = tool.rate_limit
@@ -370,9 +376,11 @@ class Host:
                 per_hour=limit.per_hour if limit else None,
             )
             staged = self._stage_secrets(plan, tool)
-            redactor = self._redactor(tool, staged)
-            if str(getattr(tool.effect, "value", tool.effect)) != "read":
-                self._audit.append("call.intent", self._record(plan, tool, redactor))
+            if staged:
+                redactor = self._redactor(tool, staged)
+            if _text(tool.effect) != "read":
+                # Durable before the guest starts, whatever the audit durability mode.
+                self._audit.append("call.intent", self._record(plan, tool, redactor), durable=True)
             egress = self._egress(tool, staged, redactor, started)
             holder.append(egress)
             limits = self._limits(tool)
@@ -463,13 +471,18 @@ class Host:
         )
 
     def _limits(self, tool: ToolDefinition) -> SandboxLimits:
-        limits = tool.package.limits
-        return SandboxLimits(
-            fuel=limits.fuel,
-            memory_bytes=limits.memory_bytes,
-            timeout_ms=min(tool.timeout_s * 1000, limits.timeout_ms),
-            max_log_bytes=limits.max_log_bytes,
-        )
+        key = (tool.name, tool.version)
+        cached = self._limits_by_tool.get(key)
+        if cached is None:
+            limits = tool.package.limits
+            cached = SandboxLimits(
+                fuel=limits.fuel,
+                memory_bytes=limits.memory_bytes,
+                timeout_ms=min(tool.timeout_s * 1000, limits.timeout_ms),
+                max_log_bytes=limits.max_log_bytes,
+            )
+            self._limits_by_tool[key] = cached
+        return cached
 
     def _output(self, tool: ToolDefinition, raw: str, redactor: Redactor) -> Any:
         budget = self.config.ceilings.max_output_bytes
@@ -481,12 +494,17 @@ class Host:
                 f"{tool.name} returned output outside its schema: {redactor.text(exc.message)}",
                 pointer=exc.details.get("pointer"),
             ) from exc
-        return redactor.json_value(value)
+        return value if redactor.empty else redactor.json_value(value)
 
     # -- records and results ----------------------------------------------------------------
 
     def _record(self, plan: InvocationPlan, tool: ToolDefinition, redactor: Redactor) -> dict[str, Any]:
         principal = plan.request.principal
+        recorded: Any = plan.request.input
+        if tool.sensitive_params:
+            recorded = redact_params(recorded, tool.sensitive_params)
+        if not redactor.empty:
+            recorded = redactor.json_value(recorded)
         return {
             "action_digest": plan.action_digest,
             "project": principal.project,
@@ -495,8 +513,8 @@ class Host:
             "tool": tool.name,
             "version": tool.version,
             "generation": tool.binding.generation,
-            "effect": str(getattr(tool.effect, "value", tool.effect)),
-            "input": redactor.json_value(redact_params(plan.request.input, tool.sensitive_params)),
+            "effect": _text(tool.effect),
+            "input": recorded,
             "fence": [plan.fence.policy_version, plan.fence.role_binding_version],
         }
 
@@ -511,7 +529,7 @@ class Host:
         tool: ToolDefinition | None = None,
         redactor: Redactor | None = None,
     ) -> CallResult:
-        scrub = redactor or Redactor(())
+        scrub = redactor or _NO_REDACTION
         record: dict[str, Any] = {
             "ok": False,
             "error": {"code": exc.code, "message": scrub.text(exc.message)},
@@ -540,7 +558,7 @@ class Host:
         audit_id: str | None = None,
         scrub: Redactor | None = None,
     ) -> CallResult:
-        scrub = scrub or Redactor(())
+        scrub = scrub or _NO_REDACTION
         details = {k: v for k, v in exc.details.items() if k not in {"usage", "log"}}
         error = ErrorInfo(
             code=exc.code,
@@ -611,6 +629,12 @@ class Host:
         self.close()
 
 
+@functools.lru_cache(maxsize=64)
+def _text(member: object) -> str:
+    """The string value of an enum member (``Enum.value`` is a slow descriptor)."""
+    return str(getattr(member, "value", member))
+
+
 def _log_text(log: object) -> str:
     if isinstance(log, str):
         return log
@@ -632,3 +656,16 @@ def _envelope_summary(request: object) -> dict[str, Any]:
     if isinstance(request, Mapping):
         return {k: v[:256] for k in ("session", "tool", "version") if isinstance(v := request.get(k), str)}
     return {}
+
+
+def _open_audit(path: Path, config: HostConfig) -> AuditLog:
+    """The host's own audit log: durability as configured, checkpoints signed by the
+    state directory's audit key (created on first use)."""
+    return AuditLog(
+        path,
+        durability=config.audit_durability,
+        flush_interval_ms=config.audit_flush_interval_ms,
+        signer=AuditKey.load_or_create(config.state_dir),
+        checkpoint_every=config.audit_checkpoint_every,
+        checkpoint_interval_s=config.audit_checkpoint_interval_s,
+    )

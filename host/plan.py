@@ -30,12 +30,15 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import json
+import re
 import secrets as _random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -208,14 +211,69 @@ def action_digest(principal: Principal, tool: ToolDefinition, input_sha256: str)
 
     It binds the principal's project and subject, the tool's exact identity and binding,
     its permissions, effect, risk and timeout, and the canonical input digest. It holds
-    no input, secrets or prompts.
+    no input, secrets or prompts. (The canonical JSON of the tool's part is built once
+    per tool; the result is byte-for-byte that of :func:`_action_document`.)
     """
+    parts = _digest_template(tool)
+    if parts is None:  # pragma: no cover - a tool field holds a placeholder string
+        return digest_json(_action_document(principal.project, principal.subject, tool, input_sha256))
+    head, between_input_project, between_project_subject, tail = parts
+    if not _HEX64.fullmatch(input_sha256):
+        raise ValueError("input_sha256 must be 64 lower-case hex digits")
+    return sha256_hex(
+        head + b'"' + input_sha256.encode("ascii") + b'"' + between_input_project
+        + _json_string(principal.project) + between_project_subject
+        + _json_string(principal.subject) + tail
+    )
+
+
+def _json_string(text: str) -> bytes:
+    """``canonical_json(text)`` for a str, without the generic walk: the C encoder's
+    escaping is RFC 8785's; a string with a lone surrogate goes the generic way (and is
+    refused there)."""
+    if not text.isascii() and _SURROGATE.search(text):
+        return canonical_json(text)
+    return _encode_basestring(text).encode("utf-8")
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_encode_basestring: Callable[[str], str] = json.encoder.encode_basestring  # C-accelerated
+_SLOTS = ("\x00stockade:input\x00", "\x00stockade:project\x00", "\x00stockade:subject\x00")
+_UNKNOWN = object()
+_TEMPLATES: dict[tuple[object, ...], tuple[bytes, bytes, bytes, bytes] | None] = {}
+
+
+def _digest_template(tool: ToolDefinition) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """The canonical document of ``tool`` cut around its three per-call values (keys
+    ``input_sha256`` < ``project`` < ``subject`` sort in that order), or ``None`` if a
+    tool field happens to hold a placeholder."""
     binding = tool.binding
-    return digest_json(
+    key = (tool.name, tool.version, binding, tool.permissions, tool.effect, tool.risk, tool.timeout_s)
+    known = _TEMPLATES.get(key, _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]  # the sentinel is excluded above
+    text = canonical_json(_action_document(_SLOTS[1], _SLOTS[2], tool, _SLOTS[0]))
+    marks = [canonical_json(slot) for slot in _SLOTS]
+    parts: tuple[bytes, bytes, bytes, bytes] | None = None
+    if all(text.count(mark) == 1 for mark in marks):
+        head, rest = text.split(marks[0])
+        middle, rest = rest.split(marks[1])
+        middle2, tail = rest.split(marks[2])
+        parts = (head, middle, middle2, tail)
+    if len(_TEMPLATES) >= 4096:
+        _TEMPLATES.clear()
+    _TEMPLATES[key] = parts
+    return parts
+
+
+def _action_document(project: str, subject: str, tool: ToolDefinition, input_sha256: str) -> dict[str, Any]:
+    binding = tool.binding
+    return (
         {
             "domain": ACTION_DOMAIN,
-            "project": principal.project,
-            "subject": principal.subject,
+            "project": project,
+            "subject": subject,
             "tool": tool.name,
             "version": tool.version,
             "binding": {
@@ -239,6 +297,7 @@ def required_permissions(tool: ToolDefinition) -> list[str]:
     return [f"tool.call:{tool.name}", *tool.permissions]
 
 
+@functools.lru_cache(maxsize=64)
 def _enum_value(value: object) -> str:
     return str(getattr(value, "value", value))
 
@@ -248,14 +307,27 @@ def service_of(tool_name: str) -> str:
     return tool_name.split(".", 1)[0]
 
 
+def _decide(engine: PolicyEngine, principal: Principal, permissions: list[str]) -> Iterator[object]:
+    """The engine's answers in order, from one policy snapshot when the engine offers
+    ``authorize_many`` (one file check per call instead of one per permission)."""
+    many = getattr(engine, "authorize_many", None)
+    if many is not None:
+        yield from many(principal, principal.project, permissions)
+        return
+    for permission in permissions:
+        yield engine.authorize(principal, principal.project, permission)
+
+
 def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Effect, Fence]:
     decisions: list[Decision] = []
-    for permission in required_permissions(tool):
+    permissions = required_permissions(tool)
+    answers = _decide(engine, principal, permissions)
+    for permission in permissions:
         try:
-            decision = engine.authorize(principal, principal.project, permission)
+            decision = next(answers)
         except StockadeError:
             raise
-        except Exception as exc:  # a broken store must fail closed, not crash open
+        except Exception as exc:  # a broken store (or a short answer) must fail closed, not crash open
             raise PolicyUnavailable(f"policy engine failed: {type(exc).__name__}") from exc
         if not isinstance(decision, Decision) or not isinstance(decision.effect, Effect):
             raise PolicyUnavailable("policy engine returned a malformed decision")
@@ -273,6 +345,25 @@ def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition)
 
 
 def _preview(tool: ToolDefinition, digest: str) -> Preview:
+    """The tool's preview for one action (the tool's part is built once per tool)."""
+    key = (tool.name, tool.version, tool.binding)
+    template = _PREVIEWS.get(key)
+    if template is None:
+        template = _preview_of(tool, "")
+        if len(_PREVIEWS) >= 4096:
+            _PREVIEWS.clear()
+        _PREVIEWS[key] = template
+    t = template
+    return Preview(
+        t.tool, t.version, t.package, t.package_version, t.generation, t.effect, t.risk,
+        t.permissions, t.hosts, t.secrets, digest,
+    )
+
+
+_PREVIEWS: dict[tuple[object, ...], Preview] = {}
+
+
+def _preview_of(tool: ToolDefinition, digest: str) -> Preview:
     http = tool.package.http
     hosts: list[str] = []
     secrets: list[str] = []

@@ -17,6 +17,8 @@ _SCRUBBED_NAMES = {
     "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
     "http_proxy", "https_proxy", "all_proxy", "no_proxy",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    # pytest-xdist workers inherit COLUMNS=80/LINES=24 from execnet; CLI tests size tables themselves.
+    "COLUMNS", "LINES",
 }
 
 

@@ -40,7 +40,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -237,6 +237,8 @@ class _Compiled:
     fence: Fence
     # (project, subject) -> (allowed permissions, asked permissions)
     index: Mapping[tuple[str, str], tuple[frozenset[str], frozenset[str]]]
+    # Decisions already made under this snapshot (immutable values; bounded, see _decide).
+    decided: dict[tuple[str, str, str, str], Decision] = field(default_factory=dict, compare=False)
 
 
 def _parse_document(data: bytes) -> _PolicyDocument:
@@ -338,16 +340,21 @@ class FilePolicyEngine:
         Returns:
             A decision carrying the file's current fence.
         """
+        return _decide(self._current(), principal, project, permission)
+
+    def authorize_many(
+        self, principal: PrincipalRef, project: str, permissions: Sequence[str]
+    ) -> list[Decision]:
+        """:meth:`authorize` for several permissions from one snapshot of the file.
+
+        The file is checked once, so every decision carries the same fence and a call
+        costs one ``stat`` however many permissions its tool requires.
+
+        Raises:
+            PolicyUnavailable: the policy file is missing, unreadable or invalid.
+        """
         compiled = self._current()
-        fence = compiled.fence
-        if principal.project != project:
-            return Decision(Effect.DENY, fence, "principal belongs to another project")
-        allow, ask = compiled.index.get((project, principal.subject), (frozenset(), frozenset()))
-        if permission in allow:
-            return Decision(Effect.ALLOW, fence, f"a role allows {permission}")
-        if permission in ask:
-            return Decision(Effect.REQUIRE_APPROVAL, fence, f"a role requires approval for {permission}")
-        return Decision(Effect.DENY, fence, f"no role grants {permission}")
+        return [_decide(compiled, principal, project, permission) for permission in permissions]
 
     # ------------------------------------------------------------------ edits
 
@@ -456,3 +463,30 @@ class FilePolicyEngine:
         except OSError as exc:
             raise PolicyUnavailable(f"cannot write the policy file: {exc.strerror or exc}") from None
         self._cache.invalidate()
+
+
+_MAX_DECIDED = 4096  # decisions remembered per policy snapshot
+
+
+def _decide(compiled: _Compiled, principal: PrincipalRef, project: str, permission: str) -> Decision:
+    """The decision under one snapshot; a snapshot never changes, so it is remembered."""
+    key = (principal.project, principal.subject, project, permission)
+    known = compiled.decided.get(key)
+    if known is None:
+        known = _decide_anew(compiled, principal, project, permission)
+        if len(compiled.decided) >= _MAX_DECIDED:
+            compiled.decided.clear()
+        compiled.decided[key] = known
+    return known
+
+
+def _decide_anew(compiled: _Compiled, principal: PrincipalRef, project: str, permission: str) -> Decision:
+    fence = compiled.fence
+    if principal.project != project:
+        return Decision(Effect.DENY, fence, "principal belongs to another project")
+    allow, ask = compiled.index.get((project, principal.subject), (frozenset(), frozenset()))
+    if permission in allow:
+        return Decision(Effect.ALLOW, fence, f"a role allows {permission}")
+    if permission in ask:
+        return Decision(Effect.REQUIRE_APPROVAL, fence, f"a role requires approval for {permission}")
+    return Decision(Effect.DENY, fence, f"no role grants {permission}")

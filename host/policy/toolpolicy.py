@@ -53,6 +53,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -135,7 +136,7 @@ def strictest(*modes: ToolMode) -> ToolMode:
     """
     if not modes:
         raise ValueError("strictest() needs at least one mode")
-    return max(modes, key=lambda m: _RANK[ToolMode(m)])
+    return max(modes, key=lambda m: _RANK[m if type(m) is ToolMode else ToolMode(m)])
 
 
 def service_of(tool: str) -> str:
@@ -195,6 +196,10 @@ Selector: TypeAlias = ClassSelector | ServiceSelector | ToolSelector
 """Any of the three selector kinds (a runtime union: usable with ``isinstance``)."""
 
 
+_NO_RULES: Mapping[Selector, ToolMode] = MappingProxyType({})
+
+
+@functools.lru_cache(maxsize=4096)
 def _candidates(tool: str, service: str, effect: str) -> tuple[Selector, Selector, Selector]:
     """The selectors that match a tool, most specific first (tool > service > class)."""
     return (ToolSelector(tool), ServiceSelector(service), ClassSelector(effect))
@@ -347,6 +352,7 @@ def _parse_cap(data: bytes) -> dict[Selector, ToolMode]:
     return _collect([(_from_json(r.selector), r.max) for r in doc.rules])
 
 
+@functools.lru_cache(maxsize=64)
 def _effect_name(effect: object) -> str:
     value = effect.value if isinstance(effect, Enum) else effect
     if value not in EFFECT_CLASSES:
@@ -407,7 +413,7 @@ class ToolPolicyStore:
         cap = self._cap_mode(candidates)
         if cap is ToolMode.DISABLED:
             return ToolMode.DISABLED
-        rules = self.load(account, workspace).rules
+        rules = self._rules(account, workspace, lock_held=False)
         user = next((rules[s] for s in candidates if s in rules), CLASS_DEFAULTS[effect_class])
         return strictest(cap, user)
 
@@ -499,6 +505,11 @@ class ToolPolicyStore:
         return self._load(account, workspace, lock_held=False)
 
     def _load(self, account: str, workspace: str, *, lock_held: bool) -> UserToolPolicy:
+        rules = self._rules(account, workspace, lock_held=lock_held)
+        return UserToolPolicy(account, workspace, MappingProxyType(dict(rules)))
+
+    def _rules(self, account: str, workspace: str, *, lock_held: bool) -> Mapping[Selector, ToolMode]:
+        """The partition's current rules (the cached parse itself: never modify it)."""
         path = self.path_for(account, workspace)
         cached = self._cached(path, account, workspace)
         try:
@@ -513,7 +524,7 @@ class ToolPolicyStore:
             self._quarantine(path, account, workspace, str(exc), lock_held=lock_held)
             cached.invalidate()
             rules = None
-        return UserToolPolicy(account, workspace, MappingProxyType(dict(rules or {})))
+        return _NO_RULES if rules is None else rules
 
     def set(self, account: str, workspace: str, selector: Selector, mode: ToolMode) -> None:
         """Set the mode of one selector in one partition (atomic, persisted).

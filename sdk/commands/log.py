@@ -1,11 +1,21 @@
-"""``stockade log verify FILE``: check an audit log's hash chain.
+"""``stockade log verify FILE``: check an audit log's hash chain and signed checkpoints.
 
 Verifies every record's hash and its link to the previous record, and names the first
-edited, deleted, inserted, reordered or truncated record. Removing whole records from
-the end leaves a valid shorter chain: pass ``--expected-head HASH`` (an ``audit_id`` you
-were given earlier) to detect that too.
+edited, deleted, inserted, reordered or truncated record (a torn last line included).
 
-Exit codes: 0 intact, 1 broken (or unreadable), 2 usage error.
+Signed checkpoints (written by the host every N records, every T seconds and on close)
+are checked with the audit public key: ``--key FILE`` (repeatable; pin a copy kept away
+from the host), otherwise ``audit-key.pub`` next to the log, otherwise in ``--state-dir``
+(default ``$STOCKADE_HOME`` or ``~/.stockade``). With a key, an edit followed by
+re-hashing every later record is detected up to the last checkpoint, and the report
+says how many records follow it unsigned (records cut off or rewritten there cannot be
+told apart from a crash) and whether the log was closed cleanly. Without a key only the
+unkeyed chain is checked. Removing whole records from the end, back to an earlier
+checkpoint, leaves a valid shorter log: pass ``--expected-head HASH`` (an ``audit_id``
+you were given earlier) to detect that too.
+
+Exit codes: 0 intact, 1 broken, unreadable, or (with ``--strict``) not every record
+signed; 2 usage error.
 """
 
 from __future__ import annotations
@@ -15,8 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host.audit import verify
-from sdk.commands._common import EXIT_FAILED, EXIT_OK, print_json
+from host.audit import VerifyReport, verify
+from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
+from sdk.commands._common import EXIT_FAILED, EXIT_OK, add_state_dir, print_json, state_dir
 
 
 def _hash(text: str) -> str:
@@ -31,7 +42,7 @@ def register(sub: Any) -> None:
     inner = parser.add_subparsers(dest="log_command", metavar="ACTION", required=True)
     check = inner.add_parser(
         "verify",
-        help="verify the hash chain of an audit log",
+        help="verify the hash chain and signed checkpoints of an audit log",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -43,26 +54,86 @@ def register(sub: Any) -> None:
         metavar="HASH",
         help="a record hash that must be in the log (detects truncation)",
     )
+    check.add_argument(
+        "--key",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="FILE",
+        help=f"an audit public key ({PUBLIC_KEY_FILE}) to check checkpoints with (repeatable)",
+    )
+    add_state_dir(check)
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail unless a key was found and the log ends with a verified checkpoint",
+    )
     check.add_argument("--json", action="store_true", help="print a JSON report")
     check.set_defaults(func=run_verify)
 
 
+def _key_files(args: argparse.Namespace) -> list[Path]:
+    if args.key:
+        return list(args.key)
+    for candidate in (args.file.parent / PUBLIC_KEY_FILE, state_dir(args) / PUBLIC_KEY_FILE):
+        if candidate.is_file():
+            return [candidate]
+    return []
+
+
+def _signing_summary(report: VerifyReport, files: list[Path]) -> str:
+    if not report.keys_checked:
+        return (
+            f"unsigned check: no audit public key found (pass --key FILE); {report.checkpoints} checkpoints "
+            "checked for shape only, so an edit followed by re-hashing is NOT detected"
+        )
+    shown = ", ".join(str(f) for f in files)
+    if report.last_checkpoint is None:
+        return f"signed check ({shown}): no checkpoint in the log: no record is covered by a signature"
+    text = (
+        f"signed check ({shown}): {report.checkpoints} checkpoints verified; the last at record "
+        f"{report.last_checkpoint}"
+    )
+    if report.closed:
+        return text + "; the log ends with a close checkpoint (closed cleanly)"
+    return text + (
+        f"; {report.unsigned_tail} records after it are covered by no signature and the log was not "
+        "closed cleanly: records after the checkpoint may have been cut off or edited and re-hashed "
+        "undetectably (a crash or a running host also leaves such a tail)"
+    )
+
+
 def run_verify(args: argparse.Namespace) -> int:
-    """Verify the chain; 0 intact, 1 broken."""
-    report = verify(args.file, expected_head=args.expected_head)
+    """Verify the chain and checkpoints; 0 intact, 1 broken."""
+    files = _key_files(args)
+    keys = load_public_keys(files) if files else None
+    report = verify(args.file, expected_head=args.expected_head, keys=keys)
+    ok = report.ok
+    if args.strict and ok and not (report.keys_checked and report.records and report.unsigned_tail == 0):
+        ok = False
     if args.json:
         print_json(
             {
-                "ok": report.ok,
+                "ok": ok,
                 "file": str(args.file),
                 "records": report.records,
                 "first_broken": report.first_broken,
                 "reason": report.reason,
                 "head": report.head,
+                "keys_checked": report.keys_checked,
+                "key_files": [str(f) for f in files],
+                "checkpoints": report.checkpoints,
+                "last_checkpoint": report.last_checkpoint,
+                "unsigned_tail": report.unsigned_tail,
+                "closed": report.closed,
             }
         )
     elif report.ok:
         print(f"ok: {report.records} records, chain intact ({args.file})\n  head {report.head}")
+        print(f"  {_signing_summary(report, files)}")
+        if not ok:
+            why = "--strict needs a key and every record covered by a checkpoint"
+            print(f"error: AUDIT_LOG_UNSIGNED: {why}", file=sys.stderr)
     else:
         where = f"record {report.first_broken}" if report.first_broken else "the log"
         print(f"error: AUDIT_LOG_BROKEN: {where} of {args.file}: {report.reason}", file=sys.stderr)
@@ -71,4 +142,4 @@ def run_verify(args: argparse.Namespace) -> int:
             "investigate who changed the file",
             file=sys.stderr,
         )
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return EXIT_OK if ok else EXIT_FAILED

@@ -108,7 +108,7 @@ def test_log_verify_of_an_intact_log(tmp_path: Path) -> None:
     proc = run_cli("log", "verify", str(log), "--expected-head", head, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json_out(proc)
-    assert report["ok"] is True and report["head"] == head and report["records"] >= 2
+    assert report["ok"] is True and report["closed"] is True and report["records"] >= 3
     text = run_cli("log", "verify", str(log), cwd=tmp_path)
     assert text.returncode == 0 and text.stdout.startswith("ok:")
 
@@ -131,7 +131,36 @@ def test_log_verify_detects_an_edited_record(tmp_path: Path) -> None:
 def test_log_verify_detects_truncation_with_expected_head(tmp_path: Path) -> None:
     log, head = _audited_workspace(tmp_path)
     lines = log.read_text().splitlines(keepends=True)
-    log.write_text("".join(lines[:-1]))  # drop the last record: still a valid chain
+    log.write_text("".join(lines[:-2]))  # drop the outcome and close checkpoint: still a valid chain
     assert run_cli("log", "verify", str(log), cwd=tmp_path).returncode == 0
     proc = run_cli("log", "verify", str(log), "--expected-head", head, cwd=tmp_path)
     assert proc.returncode == 1 and "not in the log" in proc.stderr
+
+
+def test_log_verify_checks_signed_checkpoints_and_reports_an_unsigned_tail(tmp_path: Path) -> None:
+    log, _ = _audited_workspace(tmp_path)
+    proc = run_cli("log", "verify", str(log), "--strict", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoints verified" in proc.stdout and "closed cleanly" in proc.stdout  # key found next to the log
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:-1]))  # cut the close checkpoint off
+    proc = run_cli("log", "verify", str(log), "--json", cwd=tmp_path)
+    report = json_out(proc)
+    assert proc.returncode == 0 and report["keys_checked"] is True
+    assert report["closed"] is False and report["unsigned_tail"] >= 1
+    strict = run_cli("log", "verify", str(log), "--strict", cwd=tmp_path)
+    assert strict.returncode == 1 and "AUDIT_LOG_UNSIGNED" in strict.stderr
+    assert "no record is covered by a signature" in strict.stdout
+
+
+def test_log_verify_without_a_key_says_rehashing_is_not_detected(tmp_path: Path) -> None:
+    log, _ = _audited_workspace(tmp_path)
+    copy = tmp_path / "elsewhere" / "audit.log"
+    copy.parent.mkdir()
+    copy.write_bytes(log.read_bytes())
+    env_home = tmp_path / "empty-home"
+    proc = run_cli("log", "verify", str(copy), "--state-dir", str(env_home), cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "no audit public key found" in proc.stdout and "NOT detected" in proc.stdout
+    keyed = run_cli("log", "verify", str(copy), "--key", str(log.parent / "audit-key.pub"), cwd=tmp_path)
+    assert keyed.returncode == 0 and "checkpoints verified" in keyed.stdout

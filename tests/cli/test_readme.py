@@ -44,7 +44,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
         check=True,
     ).stdout.strip()
     assert extracted == line
-    assert "pip install -e '.[dev]'" in line and line.endswith("python -m pytest")
+    assert "pip install -e '.[dev]'" in line and line.endswith("python -m pytest -n auto --dist loadscope")
 
 
 def test_demo_command_installs_then_runs_the_demo() -> None:

@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
+import host.audit as audit_module
 import host.plan as plan_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
+from host.canonical import digest_json
 from host.errors import AuditUnavailable
-from host.plan import Approval, InvocationPlan, Preview
+from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Effect, Fence
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
 from host.secrets import SecretsStore
@@ -84,10 +86,36 @@ def fx(tmp_path: Path) -> Any:
 
 
 def audit_records(fx: HostFixture) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in fx.audit_path.read_text().splitlines()]
+    """The log's records without signed checkpoints (tested in test_audit*.py)."""
+    records = [json.loads(line) for line in fx.audit_path.read_text().splitlines()]
+    return [r for r in records if r["kind"] != "audit.checkpoint"]
 
 
 # -- steps 1–6: prepare --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("project", "subject"),
+    [("p", "alice"), ("pé\u2028", 'x"y\\z\x00'), ("\ue000", "\U0001f600")],
+    ids=["ascii", "escapes", "high-code-points"],
+)
+def test_action_digest_is_sha256_of_the_canonical_action_document(
+    fx: HostFixture, project: str, subject: str
+) -> None:
+    """The per-tool template of the digest gives byte-for-byte the §7 document's digest."""
+    tool = fx.host.registry.get("echo.say", "1.0.0")
+    principal = Principal(project=project, subject=subject)
+    document = {
+        "domain": "stockade/tool-invocation@1", "project": project, "subject": subject,
+        "tool": "echo.say", "version": "1.0.0",
+        "binding": {
+            "package": "echo", "version": "1.0.0", "generation": tool.binding.generation,
+            "manifest_sha256": tool.binding.manifest_sha256, "module_sha256": tool.binding.module_sha256,
+        },
+        "permissions": ["tool.call:echo.say", "echo.use"], "effect": "read", "risk": "low",
+        "timeout_s": 5, "input_sha256": "ab" * 32,
+    }
+    assert action_digest(principal, tool, "ab" * 32) == digest_json(document)
 
 
 def test_ready_plan_is_digest_bound_under_one_fence(fx: HostFixture) -> None:
@@ -451,10 +479,10 @@ def test_runaway_guest_contained_and_audited_with_usage(tmp_path: Path) -> None:
 
 
 class _FailingIntentLog(AuditLog):
-    def append(self, kind: str, payload: Any) -> str:
+    def append(self, kind: str, payload: Any, *, durable: bool | None = None) -> str:
         if kind == "call.intent":
             raise AuditUnavailable("disk full")
-        return super().append(kind, payload)
+        return super().append(kind, payload, durable=durable)
 
 
 def test_audit_failure_refuses_write_and_runs_nothing(tmp_path: Path) -> None:
@@ -493,6 +521,66 @@ def test_every_call_audited_under_concurrency_and_chain_verifies(fx: HostFixture
     assert {r["input"]["message"] for r in outcomes} == {
         f"t{n}-{i}" for n in range(threads) for i in range(per_thread)
     }
+
+
+def test_two_calls_run_their_guests_at_the_same_time(tmp_path: Path) -> None:
+    """Nothing in the pipeline serializes sandbox runs (issue 14 item 5): two write calls
+    (intent record, outcome record, full durability) are inside ``Runtime.run`` at once.
+    Each run waits at a barrier for the other; a lock held across the run would break
+    the barrier (its timeout) instead."""
+    fx = make_host(tmp_path, tools=[WRITE_TOOL], allow=WRITE_PERMS)
+    fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+    both_inside = threading.Barrier(2, timeout=30)
+    runtime = fx.host._runtime
+    real_run = runtime.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        both_inside.wait()
+        return real_run(*args, **kwargs)
+
+    runtime.run = run  # type: ignore[method-assign]
+    results: list[Any] = []
+    pool = [
+        threading.Thread(target=lambda m=m: results.append(
+            fx.host.call(fx.request(tool="echo.write", input={"message": m}))))
+        for m in ("a", "b")
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    fx.host.close()
+    assert sorted(r.output["message"] for r in results if r.ok) == ["a", "b"]
+    assert not both_inside.broken
+
+
+@pytest.mark.parametrize("durability", ["full", "flush"])
+def test_intent_record_is_on_disk_before_the_guest_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """In both durability modes the intent of a write call is fsynced before the guest
+    runs; only ``full`` also waits for the outcome record's fsync."""
+    config = HostConfig(state_dir=tmp_path / "state", audit_durability=durability,  # type: ignore[arg-type]
+                        audit_flush_interval_ms=3_600_000)
+    fx = make_host(tmp_path, tools=[WRITE_TOOL], allow=WRITE_PERMS, config=config)
+    fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+    synced: list[int] = []
+    real_fsync = audit_module.os.fsync
+    monkeypatch.setattr(audit_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    seen_at_start: list[int] = []
+    runtime = fx.host._runtime
+    real_run = runtime.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        seen_at_start.append(len(synced))
+        return real_run(*args, **kwargs)
+
+    runtime.run = run  # type: ignore[method-assign]
+    result = fx.host.call(fx.request(tool="echo.write"))
+    assert result.ok
+    assert seen_at_start == [1]  # the intent record's fsync, before the guest started
+    assert len(synced) == (2 if durability == "full" else 1)  # the outcome's own fsync in full mode
+    fx.host.close()
 
 
 def test_acall_runs_the_same_pipeline(fx: HostFixture) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
-from host.audit import AuditLog, verify
+from host.audit import CHECKPOINT_KIND, AuditLog, checkpoint_statement, verify
+from host.auditkey import PUBLIC_KEY_FILE, AuditKey, load_public_keys
 from host.canonical import canonical_json
 
 N = 6
@@ -152,3 +154,119 @@ def test_anchor_from_earlier_still_verifies_after_more_appends(tmp_path: Path) -
 def test_unreadable_log_reported_not_raised(tmp_path: Path) -> None:
     report = verify(tmp_path / "missing.log")
     assert (report.ok, report.first_broken) == (False, 1)
+
+
+# -- signed checkpoints (issue 9 item 6): the chain alone is unkeyed -------------------------
+
+SIGNED_RECORDS = 12
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> tuple[Path, dict]:
+    """A closed log of 12 records with a checkpoint every 5 and one on close."""
+    key = AuditKey.load_or_create(tmp_path)
+    path = tmp_path / "audit.log"
+    with AuditLog(path, signer=key, checkpoint_every=5) as audit:
+        for i in range(SIGNED_RECORDS):
+            audit.append("call.outcome", {"tool": "t.x", "i": i, "ok": True, "amount": 10})
+    keys = load_public_keys([tmp_path / PUBLIC_KEY_FILE])
+    report = verify(path, keys=keys)
+    assert (report.ok, report.checkpoints, report.closed, report.unsigned_tail) == (True, 3, True, 0)
+    return path, keys
+
+
+def rechain(records: list[dict]) -> list[bytes]:
+    """The attacker re-links and re-hashes every record (checkpoints keep their signature)."""
+    prev, out = "0" * 64, []
+    for seq, original in enumerate(records, start=1):
+        record = {k: v for k, v in original.items() if k != "hash"}
+        record["seq"], record["prev"] = seq, prev
+        if record["kind"] == CHECKPOINT_KIND:
+            record["head"], record["count"] = prev, seq - 1
+        line = reseal(record)
+        prev = json.loads(line)["hash"]
+        out.append(line)
+    return out
+
+
+def records_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_edit_and_rehash_detected_by_signed_checkpoint(signed: tuple[Path, dict]) -> None:
+    path, keys = signed
+    records = records_of(path)
+    assert records[2]["kind"] == "call.outcome"
+    records[2]["amount"] = 1_000_000  # rewrite history ...
+    rewrite(path, rechain(records))  # ... and re-hash everything after it
+    assert verify(path).ok  # the unkeyed chain cannot tell
+    report = verify(path, keys=keys)
+    assert not report.ok
+    assert report.first_broken == 6  # the first checkpoint after the edit (records 1-5 + it)
+    assert "signature does not verify" in report.reason
+
+
+def test_edit_before_last_checkpoint_detected_even_if_earlier_checkpoints_dropped(
+    signed: tuple[Path, dict],
+) -> None:
+    path, keys = signed
+    records = [r for r in records_of(path) if not (r["kind"] == CHECKPOINT_KIND and r["seq"] == 6)]
+    records[1]["amount"] = 0
+    rewrite(path, rechain(records))
+    report = verify(path, keys=keys)
+    assert not report.ok and "signature does not verify" in report.reason
+
+
+def test_forged_checkpoint_under_another_key_detected(signed: tuple[Path, dict], tmp_path: Path) -> None:
+    path, keys = signed
+    records = records_of(path)
+    records[3]["ok"] = False
+    forged = rechain(records)
+    other = AuditKey.generate()  # the attacker signs with a key of their own
+    for index, line in enumerate(forged):
+        record = json.loads(line)
+        if record["kind"] != CHECKPOINT_KIND:
+            continue
+        record["key_id"] = other.key_id
+        statement = checkpoint_statement(
+            head=record["head"], count=record["count"], time=record["time"], key_id=other.key_id,
+            reason=record["reason"],
+        )
+        record["signature"] = base64.b64encode(other.sign(statement)).decode()
+        forged[index] = reseal({k: v for k, v in record.items() if k != "hash"})
+        forged = forged[: index + 1] + rechain([json.loads(x) for x in forged])[index + 1 :]
+    rewrite(path, forged)
+    report = verify(path, keys=keys)
+    assert not report.ok and "not a given audit public key" in report.reason
+
+
+def test_checkpoints_stripped_and_rehashed_reported_as_unsigned(signed: tuple[Path, dict]) -> None:
+    path, keys = signed
+    records = [r for r in records_of(path) if r["kind"] != CHECKPOINT_KIND]
+    records[0]["amount"] = 5
+    rewrite(path, rechain(records))
+    report = verify(path, keys=keys)
+    assert report.ok and report.checkpoints == 0  # nothing signed is left to contradict it ...
+    assert report.unsigned_tail == SIGNED_RECORDS and not report.closed  # ... and the report says so
+
+
+def test_truncation_after_last_checkpoint_reported(signed: tuple[Path, dict]) -> None:
+    path, keys = signed
+    lines = path.read_bytes().splitlines(keepends=True)
+    rewrite(path, lines[:-3])  # drop the close checkpoint and the two records before it
+    report = verify(path, keys=keys)
+    assert report.ok and not report.closed
+    assert (report.last_checkpoint, report.records, report.unsigned_tail) == (12, 12, 0)
+    rewrite(path, lines[:-1])  # drop only the close checkpoint
+    report = verify(path, keys=keys)
+    assert report.ok and not report.closed and report.unsigned_tail == 2
+
+
+def test_checkpoint_statement_is_domain_tagged() -> None:
+    statement = json.loads(checkpoint_statement(head="0" * 64, count=0, time=1, key_id="0" * 16, reason="close"))
+    assert statement["statement"] == "stockade/audit-checkpoint@1"
+
+
+def test_caller_cannot_append_a_checkpoint(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "audit.log") as audit, pytest.raises(ValueError, match="written by the log"):
+        audit.append(CHECKPOINT_KIND, {"statement": "stockade/audit-checkpoint@1"})

@@ -13,6 +13,7 @@ import pytest
 
 from host import audit as audit_mod
 from host.audit import GENESIS, AuditLog, redact_params, verify
+from host.auditkey import PUBLIC_KEY_FILE, AuditKey, load_public_keys
 from host.canonical import canonical_json
 from host.errors import AuditUnavailable
 
@@ -257,3 +258,164 @@ def test_redact_params_replaces_only_named_top_level_values() -> None:
     out = redact_params(data, ["token", "absent"])
     assert out == {"token": "[REDACTED]", "repo": "x", "nested": {"token": "kept"}}
     assert data["token"] == "s3cret"  # input untouched
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"a": 1},
+        {"zz": [1, {"hash": "stockade:hash-placeholder"}]},
+        {"input": {"hash": "stockade:hash-placeholder"}, "x": "\"hash\":\"stockade:hash-placeholder\""},
+        {"é": "ü", "\ue000": 1.5},
+    ],
+    ids=["empty", "before", "placeholder-nested-after", "placeholder-nested-before", "non-ascii-and-float"],
+)
+def test_encoded_line_is_canonical_json_of_record_with_its_hash(payload: dict) -> None:
+    record = {**payload, "seq": 1, "time": 2, "prev": GENESIS, "kind": "k"}
+    line, digest = audit_mod.encode_record(dict(record))
+    assert digest == hashlib.sha256(canonical_json(record)).hexdigest()
+    assert line == canonical_json({**record, "hash": digest}) + b"\n"
+
+
+# -- signed checkpoints ---------------------------------------------------------------------
+
+
+def kinds_and_reasons(path: Path) -> list[str]:
+    return [r.get("reason", r["kind"]) for r in lines(path)]
+
+
+def test_checkpoint_every_n_records_and_on_close(tmp_path: Path) -> None:
+    key = AuditKey.load_or_create(tmp_path)
+    path = tmp_path / "audit.log"
+    with AuditLog(path, signer=key, checkpoint_every=3) as log:
+        for i in range(7):
+            log.append("call.outcome", {"i": i})
+    assert kinds_and_reasons(path) == [
+        "call.outcome", "call.outcome", "call.outcome", "records",
+        "call.outcome", "call.outcome", "call.outcome", "records",
+        "call.outcome", "close",
+    ]
+    checkpoint = lines(path)[3]
+    assert checkpoint["statement"] == "stockade/audit-checkpoint@1"
+    assert (checkpoint["count"], checkpoint["head"], checkpoint["key_id"]) == (3, lines(path)[2]["hash"], key.key_id)
+    report = verify(path, keys=load_public_keys([tmp_path / PUBLIC_KEY_FILE]))
+    assert (report.ok, report.keys_checked, report.checkpoints, report.last_checkpoint, report.closed) == (
+        True, True, 3, 10, True,
+    )
+
+
+def test_checkpoint_after_interval(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "audit.log", signer=AuditKey.generate(), checkpoint_interval_s=1e-9) as log:
+        log.append("a", {})
+        log.append("b", {})
+    assert kinds_and_reasons(tmp_path / "audit.log") == ["a", "interval", "b", "interval"]
+
+
+def test_no_close_checkpoint_when_nothing_new(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    key = AuditKey.generate()
+    with AuditLog(path, signer=key) as log:
+        log.append("a", {})
+    with AuditLog(path, signer=key):
+        pass
+    assert kinds_and_reasons(path) == ["a", "close"]
+
+
+def test_audit_key_created_private_and_reused(tmp_path: Path) -> None:
+    first = AuditKey.load_or_create(tmp_path)
+    assert (tmp_path / "audit-key").stat().st_mode & 0o777 == 0o600
+    assert AuditKey.load_or_create(tmp_path).key_id == first.key_id
+    assert list(load_public_keys([tmp_path / PUBLIC_KEY_FILE])) == [first.key_id]
+    (tmp_path / "audit-key").chmod(0o644)
+    with pytest.raises(AuditUnavailable, match="group or others"):
+        AuditKey.load_or_create(tmp_path)
+
+
+# -- durability modes -----------------------------------------------------------------------
+
+
+def count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counted(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(audit_mod.os, "fsync", counted)
+    return calls
+
+
+def test_full_mode_fsyncs_before_append_returns(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with AuditLog(log_path) as log:
+        fsyncs = count_fsyncs(monkeypatch)
+        log.append("a", {})
+        assert len(fsyncs) == 1
+
+
+def test_flush_mode_writes_to_the_os_and_fsyncs_on_demand_and_close(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = AuditLog(log_path, durability="flush", flush_interval_ms=3_600_000)
+    fsyncs = count_fsyncs(monkeypatch)
+    digest = log.append("call.outcome", {})
+    assert fsyncs == [] and lines(log_path)[-1]["hash"] == digest  # in the file, not yet synced
+    log.append("call.intent", {}, durable=True)  # intent records: on disk before returning
+    assert len(fsyncs) == 1
+    log.append("call.outcome", {})
+    log.close()
+    assert len(fsyncs) == 2
+    assert verify(log_path).records == 3
+
+
+def test_flush_mode_failed_fsync_breaks_the_log(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with AuditLog(log_path, durability="flush", flush_interval_ms=3_600_000) as log:
+        log.append("a", {})
+        _fail_once(monkeypatch, "fsync")
+        with pytest.raises(AuditUnavailable, match="fsync"):
+            log.sync()
+        with pytest.raises(AuditUnavailable, match="reopen"):
+            log.append("b", {})
+    assert verify(log_path).records == 1  # acknowledged records are kept, never cut off
+
+
+def test_group_commit_one_fsync_for_a_batch_of_writers(log_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 writers: the first fsync is held until all 8 lines are written; those written
+    meanwhile are then made durable together by (at most) one more fsync."""
+    writers = 8
+    log = AuditLog(log_path)
+    all_written = threading.Event()
+    written: list[int] = []
+    real_write, real_fsync = os.write, os.fsync
+    fsyncs: list[int] = []
+
+    def write(fd: int, data: bytes) -> int:
+        n = real_write(fd, data)
+        written.append(n)
+        if len(written) == writers:
+            all_written.set()
+        return n
+
+    def fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        if len(fsyncs) == 1:
+            assert all_written.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(audit_mod.os, "write", write)
+    monkeypatch.setattr(audit_mod.os, "fsync", fsync)
+    threads = [threading.Thread(target=log.append, args=("call.outcome", {"n": n})) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 1 <= len(fsyncs) <= 2  # not one per writer
+    monkeypatch.undo()
+    log.close()
+    assert verify(log_path).records == writers
+
+
+def test_unknown_durability_refused(log_path: Path) -> None:
+    with pytest.raises(ValueError, match="durability"):
+        AuditLog(log_path, durability="eventually")  # type: ignore[arg-type]
