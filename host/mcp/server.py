@@ -149,7 +149,7 @@ class StockadeMCP:
         self._limiter = anyio.CapacityLimiter(options.max_concurrency)
         self._states = RequestStates(ttl_s=options.approval_ttl_s)
         self._queue = ApprovalQueue(options.state_dir, ttl_s=max(options.approval_ttl_s, 900.0))
-        self._listeners: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
         self.server: Server[Any] = Server(
             "stockade",
             version=_version(),
@@ -186,17 +186,19 @@ class StockadeMCP:
         return True
 
     async def _notify_list_changed(self) -> None:
-        for session in list(self._listeners.values()):
+        for connection in list(self._listeners):
             try:
-                await session.send_tool_list_changed()
+                await connection.send_tool_list_changed()
             except Exception as exc:  # a closed connection must not stop the others
                 _log.info("could not send tools/list_changed: %s", type(exc).__name__)
 
     def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return  # 2026-07-28 delivers list changes only on subscriptions/listen streams
-        connection = getattr(ctx.session, "_connection", ctx.session)
-        self._listeners[id(connection)] = ctx.session
+        # The SDK hands handlers a per-request session; its connection outlives the request.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None and hasattr(connection, "send_tool_list_changed"):
+            self._listeners.add(connection)
 
     def _acquire(self) -> _Slot:
         with self._guard:
@@ -463,9 +465,20 @@ def _accepted(answer: object) -> bool:
     return answer.action == "accept" and (answer.content or {}).get("approve") is True
 
 
+def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the caller asked for progress (a token; or an in-process callback)."""
+    meta = ctx.meta or {}
+    if meta.get("progress_token") is not None or meta.get("progressToken") is not None:
+        return True
+    # The SDK's in-process (direct) dispatcher has no token: it holds the caller's callback.
+    # (Private SDK attributes, read defensively: a missing one means "no progress".)
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    outbound = getattr(outbound, "_inner", outbound)
+    return getattr(outbound, "_on_progress", None) is not None
+
+
 def _progress_hook(ctx: ServerRequestContext[Any, Any]) -> ProgressHook | None:
-    meta = ctx.meta
-    if meta is None or meta.get("progressToken") is None:
+    if not _wants_progress(ctx):
         return None
     counter = [0]
 

@@ -12,6 +12,7 @@ the same policy as the in-process server.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +79,6 @@ class World:
         )
 
     def records(self) -> list[dict[str, Any]]:
-        import json
-
         return [json.loads(line) for line in (self.root / "audit.log").read_text().splitlines()]
 
 
