@@ -1,0 +1,148 @@
+"""``stockade serve --transport http``: a real server on a loopback port, bearer tokens, Origin."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+
+from host import FilePolicyEngine
+from host.mcp.tokens import TokenFile
+from tests.mcp.conftest import World
+from tests.support.cli import cli_env
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@dataclass
+class Served:
+    url: str
+    tokens: TokenFile
+    proc: subprocess.Popen[str]
+
+
+@pytest.fixture
+def served(world: World) -> Iterator[Served]:
+    engine = FilePolicyEngine(world.state / "policy.json")
+    engine.set_role("reader", allow=["tool.call:echo.say", "echo.use"], ask=[])
+    engine.grant_role("p", "carol", "reader")
+    tokens = TokenFile(world.state / "tokens.json")
+    args = [
+        sys.executable, "-m", "sdk.cli", "serve", "--transport", "http", "--port", "0",
+        "--lock", str(world.lock), "--state-dir", str(world.state), "--tokens", str(tokens.path),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, env=cli_env(), cwd=world.root,
+    )  # fmt: skip
+    stderr: list[str] = []
+    drain = threading.Thread(target=lambda: stderr.extend(proc.stderr or ()), daemon=True)
+    try:
+        assert proc.stderr is not None
+        url = ""
+        for line in proc.stderr:  # the server prints its URL once it listens
+            stderr.append(line)
+            if "listening on " in line:
+                url = line.split("listening on ", 1)[1].strip()
+                break
+        assert url.startswith("http://127.0.0.1:"), "".join(stderr)
+        drain.start()  # keep reading so the server never blocks on a full pipe
+        yield Served(url, tokens, proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if drain.is_alive():
+            drain.join(timeout=30)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def post(served: Served, **headers: str) -> httpx.Response:
+    return httpx.post(served.url, json=INITIALIZE, headers=HEADERS | headers, timeout=30)
+
+
+def test_request_without_token_is_401(served: Served) -> None:
+    assert post(served).status_code == 401
+
+
+def test_request_with_unknown_or_malformed_token_is_401(served: Served) -> None:
+    token, _ = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    assert post(served, Authorization=f"Bearer {forged}").status_code == 401
+    assert post(served, Authorization="Bearer stk_nothing").status_code == 401
+
+
+def test_expired_token_is_401(served: Served) -> None:
+    past = TokenFile(served.tokens.path, clock=lambda: time.time() - 7200)
+    token, _ = past.add(project="p", subject="alice", ttl_s=3600)
+    assert post(served, Authorization=f"Bearer {token}").status_code == 401
+
+
+def test_revoked_token_is_401_on_the_next_request(served: Served) -> None:
+    token, entry = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    assert post(served, Authorization=f"Bearer {token}").status_code == 200
+    served.tokens.revoke(entry.id)
+    assert post(served, Authorization=f"Bearer {token}").status_code == 401
+
+
+def test_cross_origin_request_is_403_even_with_a_valid_token(served: Served) -> None:
+    token, _ = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    response = post(served, Authorization=f"Bearer {token}", Origin="http://evil.example")
+    assert response.status_code == 403
+
+
+def test_dns_rebinding_host_header_is_refused(served: Served) -> None:
+    token, _ = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    response = post(served, Authorization=f"Bearer {token}", Host="evil.example")
+    assert response.status_code in (403, 421)
+
+
+async def _tools(served: Served, token: str, call: bool = False) -> tuple[list[str], Any]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with mcp.Client(streamable_http_client(served.url, http_client=http), mode="legacy") as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            result = await client.call_tool("echo.say", {"message": "over http"}) if call else None
+    return names, result
+
+
+def test_valid_token_gets_its_principals_tool_list(served: Served) -> None:
+    alice, _ = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    carol, _ = served.tokens.add(project="p", subject="carol", ttl_s=3600)
+
+    async def body() -> None:
+        names, said = await _tools(served, alice, call=True)
+        assert names == ["echo.say", "echo.write", "spin.forever"]
+        assert said is not None and said.structured_content == {"message": "over http"}
+        names, _ = await _tools(served, carol)
+        assert names == ["echo.say"]
+
+    anyio.run(body)
+
+
+def test_tokens_file_keeps_only_salted_hashes(served: Served) -> None:
+    token, entry = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    stored = served.tokens.path.read_text()
+    secret = token.rsplit("_", 1)[1]
+    assert secret not in stored and entry.sha256 in stored and entry.salt in stored
+    assert served.tokens.verify(token) == entry
