@@ -56,7 +56,9 @@ def test_stdio_subprocess_lists_calls_and_approves(world: World, mode: str, chan
         assert bad.is_error is True and bad.meta is not None and bad.meta[META_KEY]["code"] == "INPUT_INVALID"
 
     anyio.run(body)
-    kinds = [(r["kind"], r.get("channel")) for r in served_records(world) if r["kind"].startswith("approval.")]
+    kinds = [
+        (r["kind"], r.get("channel")) for r in served_records(world) if r["kind"].startswith("approval.")
+    ]
     assert kinds == [("approval.requested", channel), ("approval.granted", channel)]
 
 
@@ -82,7 +84,9 @@ def test_stdio_cancellation_stops_the_guest_and_the_server_keeps_serving(world: 
             assert after.structured_content == {"message": "alive"}
 
     anyio.run(body)  # leaving the client closes stdin: the server drains and exits
-    spun = [r for r in served_records(world) if r["kind"] == "call.outcome" and r.get("tool") == "spin.forever"]
+    spun = [
+        r for r in served_records(world) if r["kind"] == "call.outcome" and r.get("tool") == "spin.forever"
+    ]
     assert [r["error"]["code"] for r in spun] == ["CANCELLED"]
     assert spun[0]["usage"]["duration_us"] < 10_000_000  # ~20 s of fuel, 60 s deadline otherwise
 
@@ -152,4 +156,3 @@ def test_http_on_a_public_address_without_tokens_refused(world: World) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "without authentication" in proc.stderr
-
