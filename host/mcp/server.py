@@ -24,8 +24,9 @@ module adds transport-independent MCP behaviour and nothing that decides policy:
 - **progress**: with a progress token, each stage of the call is reported;
 - **concurrency**: at most ``max_concurrency`` calls at once; one more is BUSY;
 - **reload**: :meth:`StockadeMCP.reload` opens the new lock generation with every check
-  of ``Host.open``; on success tools/list_changed is sent to handshake-era clients, on
-  failure the old generation stays and the reason is logged.
+  of ``Host.open``; on success tools/list_changed is sent to handshake-era clients and
+  to 2026-07-28 ``subscriptions/listen`` streams; on failure the old generation stays
+  and the reason is logged.
 
 Example::
 
@@ -55,6 +56,7 @@ import mcp_types as types
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -150,12 +152,14 @@ class StockadeMCP:
         self._states = RequestStates(ttl_s=options.approval_ttl_s)
         self._queue = ApprovalQueue(options.state_dir, ttl_s=max(options.approval_ttl_s, 900.0))
         self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
+        self._bus = InMemorySubscriptionBus()  # 2026-07-28 subscriptions/listen streams
         self.server: Server[Any] = Server(
             "stockade",
             version=_version(),
             instructions="Sandboxed tools; every call is policy-checked, approved where needed and audited.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_subscriptions_listen=ListenHandler(self._bus),
         )
 
     @property
@@ -186,6 +190,7 @@ class StockadeMCP:
         return True
 
     async def _notify_list_changed(self) -> None:
+        await self._bus.publish(ToolsListChanged())
         for connection in list(self._listeners):
             try:
                 await connection.send_tool_list_changed()

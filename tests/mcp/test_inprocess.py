@@ -424,6 +424,23 @@ def test_lock_reload_sends_list_changed_and_a_refused_lock_keeps_the_generation(
     app.close()
 
 
+def test_lock_reload_reaches_a_2026_listen_stream(world: World) -> None:
+    app = world.app()
+
+    async def body() -> None:
+        async with mcp.Client(app.server) as client:
+            async with client.listen(tools_list_changed=True) as subscription:
+                _next_generation(world, world.entries[:1], 2)
+                assert await app.reload() is True
+                with anyio.fail_after(10):
+                    event = await subscription.__aiter__().__anext__()
+            assert type(event).__name__ == "ToolsListChanged"
+            assert [t.name for t in (await client.list_tools()).tools] == ["echo.say", "echo.write"]
+
+    run(body)
+    app.close()
+
+
 def test_stale_request_state_refused_after_reload(world: World) -> None:
     app: StockadeMCP = world.app()
 
