@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import json
@@ -45,7 +46,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -69,6 +70,7 @@ from host.errors import (
     ApprovalInvalid,
     ApprovalRequired,
     Busy,
+    CallCancelled,
     StockadeError,
     ToolNotFound,
 )
@@ -98,6 +100,9 @@ APPROVAL_SCHEMA: Final[dict[str, Any]] = {
     "required": ["approve"],
 }
 MAX_SUMMARY_CHARS: Final = 512  # characters of input shown in an approval preview
+PROGRESS_BUFFER: Final = 32  # progress messages buffered per call (more are dropped)
+PROGRESS_DRAIN_S: Final = 2.0  # s a finished call waits for its progress to reach the client
+DISCONNECT_POLL_S: Final = 0.1  # s between checks that an HTTP client is still connected
 _INVALID_PARAMS: Final = -32602
 
 
@@ -324,7 +329,11 @@ class StockadeMCP:
                     "version": version,
                     "input": params.arguments if params.arguments is not None else {},
                 }
-                return await self._call(ctx, host, request, params)
+                async with _progress(ctx) as hook, _until_disconnected(ctx) as outcome:
+                    outcome.append(await self._call(ctx, host, request, params, hook))
+                if not outcome:  # the HTTP client went away: the call was cancelled
+                    return _error_result(CallCancelled("the client disconnected; the call was cancelled"))
+                return outcome[0]
             finally:
                 with self._idle:
                     self._active -= 1
@@ -338,8 +347,8 @@ class StockadeMCP:
         host: Host,
         request: dict[str, Any],
         params: types.CallToolRequestParams,
+        hook: ProgressHook | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        hook = _progress_hook(ctx)
         if params.request_state is None:
             result = await self._in_thread(functools.partial(host.call, request), hook)
             if result.error is None or result.error.code != "APPROVAL_REQUIRED":
@@ -482,20 +491,79 @@ def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
     return getattr(outbound, "_on_progress", None) is not None
 
 
-def _progress_hook(ctx: ServerRequestContext[Any, Any]) -> ProgressHook | None:
-    if not _wants_progress(ctx):
-        return None
-    counter = [0]
+@contextlib.asynccontextmanager
+async def _until_disconnected(
+    ctx: ServerRequestContext[Any, Any],
+) -> AsyncIterator[list[types.CallToolResult | types.InputRequiredResult]]:
+    """Cancel the body when the HTTP client that sent this request disconnects.
 
-    def report(stage: str, info: Mapping[str, Any]) -> None:
-        counter[0] += 1
+    The SDK does not cancel a handler whose response stream was closed, so a watcher
+    polls Starlette's ``Request.is_disconnected`` every :data:`DISCONNECT_POLL_S`; the
+    cancellation then interrupts the guest like ``notifications/cancelled`` does. The
+    yielded list receives the body's result; it stays empty when the body was cancelled.
+    """
+    is_disconnected = getattr(ctx.request, "is_disconnected", None)
+    outcome: list[types.CallToolResult | types.InputRequiredResult] = []
+    if is_disconnected is None:  # stdio, in-process: cancellation arrives as a notification
+        yield outcome
+        return
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while not await is_disconnected():
+            await anyio.sleep(DISCONNECT_POLL_S)
+        _log.warning("the HTTP client disconnected: cancelling its call")
+        scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch, group.cancel_scope)
+        yield outcome
+        group.cancel_scope.cancel()  # the body finished: stop watching
+
+
+@contextlib.asynccontextmanager
+async def _progress(ctx: ServerRequestContext[Any, Any]) -> AsyncIterator[ProgressHook | None]:
+    """A progress hook for one call, or ``None`` when the caller asked for no progress.
+
+    The worker thread never waits on the client: it drops each stage into a bounded
+    buffer (a full buffer drops the stage) and a task forwards them. A client that stops
+    reading cannot stall the call, and forwarding gets at most :data:`PROGRESS_DRAIN_S`
+    after the call to flush.
+    """
+    if not _wants_progress(ctx):
+        yield None
+        return
+    send, receive = anyio.create_memory_object_stream[str](PROGRESS_BUFFER)
+    drained = anyio.Event()
+
+    async def forward() -> None:
+        count = 0
+        try:
+            async with receive:
+                async for message in receive:
+                    count += 1
+                    try:
+                        await ctx.session.report_progress(count, None, message)
+                    except Exception as exc:  # a gone client must not fail the call
+                        _log.debug("progress not sent: %s", type(exc).__name__)
+        finally:
+            drained.set()
+
+    def hook(stage: str, info: Mapping[str, Any]) -> None:
         detail = ", ".join(f"{k}={v}" for k, v in info.items())
         try:
-            anyio.from_thread.run(ctx.session.report_progress, counter[0], None, f"{stage}: {detail}"[:200])
-        except Exception as exc:  # progress is best effort; the call goes on
-            _log.debug("progress not sent: %s", type(exc).__name__)
+            anyio.from_thread.run_sync(send.send_nowait, f"{stage}: {detail}"[:200])
+        except Exception as exc:  # progress is best effort: full, closed or no loop
+            _log.debug("progress dropped: %s", type(exc).__name__)
 
-    return report
+    async with anyio.create_task_group() as group:
+        group.start_soon(forward)
+        try:
+            yield hook
+        finally:
+            send.close()
+            with anyio.move_on_after(PROGRESS_DRAIN_S, shield=True):
+                await drained.wait()
+            group.cancel_scope.cancel()
 
 
 def _preview_message(host: Host, plan: InvocationPlan) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import queue
 import subprocess
 import sys
 import threading
@@ -40,6 +42,15 @@ class Served:
     url: str
     tokens: TokenFile
     proc: subprocess.Popen[str]
+    lines: queue.Queue[str]
+
+    def wait_for_line(self, text: str, timeout: float = 60) -> str:
+        """Block until the server writes a stderr line containing ``text``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            if text in line:
+                return line
 
 
 @pytest.fixture
@@ -57,7 +68,14 @@ def served(world: World) -> Iterator[Served]:
         text=True, env=cli_env(), cwd=world.root,
     )  # fmt: skip
     stderr: list[str] = []
-    drain = threading.Thread(target=lambda: stderr.extend(proc.stderr or ()), daemon=True)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stderr or ():
+            stderr.append(line)
+            lines.put(line)
+
+    drain = threading.Thread(target=pump, daemon=True)
     try:
         assert proc.stderr is not None
         url = ""
@@ -68,7 +86,7 @@ def served(world: World) -> Iterator[Served]:
                 break
         assert url.startswith("http://127.0.0.1:"), "".join(stderr)
         drain.start()  # keep reading so the server never blocks on a full pipe
-        yield Served(url, tokens, proc)
+        yield Served(url, tokens, proc, lines)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -146,3 +164,30 @@ def test_tokens_file_keeps_only_salted_hashes(served: Served) -> None:
     secret = token.rsplit("_", 1)[1]
     assert secret not in stored and entry.sha256 in stored and entry.salt in stored
     assert served.tokens.verify(token) == entry
+
+
+def test_closing_the_http_stream_cancels_the_running_guest(served: Served, world: World) -> None:
+    token, _ = served.tokens.add(project="p", subject="alice", ttl_s=3600)
+    auth = HEADERS | {"Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=60) as http:
+        opened = http.post(served.url, json=INITIALIZE, headers=auth)
+        session = auth | {
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        http.post(served.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        call = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "spin.forever", "arguments": {"message": "s"}, "_meta": {"progressToken": "t"}},
+        }  # fmt: skip
+        with http.stream("POST", served.url, json=call, headers=session) as response:
+            for line in response.iter_lines():
+                if "sandbox_started" in line:
+                    break  # the guest is spinning: hang up
+    served.wait_for_line("the HTTP client disconnected")
+    served.proc.terminate()
+    served.proc.wait(timeout=30)
+    records = [json.loads(x) for x in (world.state / "audit.log").read_text().splitlines()]
+    spun = [r for r in records if r["kind"] == "call.outcome" and r.get("tool") == "spin.forever"]
+    assert [r["error"]["code"] for r in spun] == ["CANCELLED"]
+    assert spun[0]["usage"]["duration_us"] < 10_000_000  # about 20 s of fuel otherwise
