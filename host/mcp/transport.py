@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import anyio
 import uvicorn
-from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
@@ -97,17 +97,29 @@ def http_app(
     *,
     host: str,
     port: int,
-    tokens: TokenFile | None,
+    verifier: TokenVerifier | None,
+    issuer: str | None = None,
     allowed_origins: Sequence[str] = (),
 ) -> Starlette:
     """The Starlette app serving MCP at ``/mcp`` (Streamable HTTP).
 
+    Args:
+        app: the server.
+        host: the bound address (for Host/Origin checks and resource metadata).
+        port: the bound port.
+        verifier: checks bearer tokens (:class:`StockadeTokenVerifier` over a tokens
+            file, or :class:`host.mcp.oauth.JwtVerifier`); ``None``: no authentication,
+            the fixed principal, loopback only.
+        issuer: the OAuth issuer named in the protected-resource metadata (default: this
+            server, for stockade tokens).
+        allowed_origins: extra accepted ``Origin`` values.
+
     Raises:
-        ValueError: see :func:`check_bind`; or no principal at all (neither tokens nor a
-            fixed principal).
+        ValueError: see :func:`check_bind`; or no principal at all (neither a verifier
+            nor a fixed principal).
     """
-    check_bind(host, authenticated=tokens is not None)
-    if tokens is None and app.options.principal is None:
+    check_bind(host, authenticated=verifier is not None)
+    if verifier is None and app.options.principal is None:
         raise ValueError("an HTTP server without tokens needs a fixed principal (--project/--subject)")
     shown = f"[{host}]" if ":" in host else host
     hosts = [f"{name}:*" for name in _LOOPBACK_NAMES] + [f"{shown}:*"]
@@ -116,10 +128,10 @@ def http_app(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
     kwargs: dict[str, Any] = {"transport_security": security, "host": host}
-    if tokens is not None:
+    if verifier is not None:
         base = f"http://{shown}:{port}"
-        kwargs["auth"] = AuthSettings(issuer_url=base, resource_server_url=f"{base}/mcp")
-        kwargs["token_verifier"] = StockadeTokenVerifier(tokens)
+        kwargs["auth"] = AuthSettings(issuer_url=issuer or base, resource_server_url=f"{base}/mcp")
+        kwargs["token_verifier"] = verifier
     return app.server.streamable_http_app(**kwargs)
 
 
@@ -139,7 +151,8 @@ async def serve_http(
     *,
     host: str,
     port: int,
-    tokens: TokenFile | None,
+    verifier: TokenVerifier | None,
+    issuer: str | None = None,
     allowed_origins: Sequence[str] = (),
 ) -> None:
     """Serve Streamable HTTP on ``host:port`` (0 picks a free port; the URL goes to stderr)."""
@@ -148,7 +161,9 @@ async def serve_http(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    asgi = http_app(app, host=host, port=bound, tokens=tokens, allowed_origins=allowed_origins)
+    asgi = http_app(
+        app, host=host, port=bound, verifier=verifier, issuer=issuer, allowed_origins=allowed_origins
+    )
     config = uvicorn.Config(asgi, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host

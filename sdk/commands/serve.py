@@ -13,7 +13,10 @@ EOF on stdin ends the server. A client config entry:
 HTTP (``--transport http``) serves ``/mcp`` on ``--host``/``--port`` (port 0 picks one;
 the URL is printed on stderr). With ``--tokens FILE`` every request needs a bearer token
 (``stockade tokens add``) that maps to its principal; without tokens it serves the fixed
-principal, and only on a loopback address.
+principal, and only on a loopback address. OAuth 2.1 resource-server mode instead
+(``--oauth-issuer URL --oauth-audience AUD --oauth-jwks FILE``) accepts JWT access tokens
+signed by a key of the (local, pinned) JWKS file, with that exact issuer and audience;
+``sub`` is the subject, the ``stockade_project`` claim (or ``--project``) the project.
 
 Approvals: clients that support elicitation show the approval preview and ask the
 person; others get APPROVAL_REQUIRED and the action is queued for
@@ -72,6 +75,15 @@ def register(sub: Any) -> None:
         help="HTTP bearer tokens file (stockade.tokens/1; `stockade tokens add`)",
     )  # fmt: skip
     parser.add_argument(
+        "--oauth-issuer", default=None, metavar="URL", help="OAuth: the exact token issuer (iss)"
+    )
+    parser.add_argument(
+        "--oauth-audience", default=None, metavar="AUD", help="OAuth: the audience tokens must name (aud)"
+    )
+    parser.add_argument(
+        "--oauth-jwks", type=Path, default=None, metavar="FILE", help="OAuth: the issuer's public keys (JWKS)"
+    )
+    parser.add_argument(
         "--allow-origin", action="append", default=[], metavar="ORIGIN",
         help="an extra Origin accepted over HTTP (repeatable; loopback origins are always accepted)",
     )  # fmt: skip
@@ -87,7 +99,7 @@ def _principal(args: argparse.Namespace) -> Principal | None:
     subject = args.subject or os.environ.get("STOCKADE_SUBJECT")
     if project and subject:
         return Principal(project=project, subject=subject)
-    if args.transport == "stdio" or args.tokens is None:
+    if args.transport == "stdio" or (args.tokens is None and args.oauth_issuer is None):
         raise UsageFailed(
             "PRINCIPAL_REQUIRED",
             "name the principal the server acts for",
@@ -102,7 +114,6 @@ def run(args: argparse.Namespace) -> int:
         import anyio  # noqa: PLC0415  # the optional extra stockade[mcp] brings these
 
         from host.mcp.server import ServeOptions, StockadeMCP  # noqa: PLC0415
-        from host.mcp.tokens import TokenFile  # noqa: PLC0415
         from host.mcp.transport import check_bind, serve_http, serve_stdio  # noqa: PLC0415
     except ImportError as exc:
         raise UsageFailed(
@@ -111,9 +122,19 @@ def run(args: argparse.Namespace) -> int:
             hint="pip install 'stockade[mcp]'",
         ) from None
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="stockade serve: %(message)s")
+    oauth = (args.oauth_issuer, args.oauth_audience, args.oauth_jwks)
+    if any(o is not None for o in oauth) and (None in oauth or args.tokens is not None):
+        raise UsageFailed(
+            "OAUTH_OPTIONS",
+            "OAuth mode needs --oauth-issuer, --oauth-audience and --oauth-jwks, and no --tokens",
+            hint="see `stockade serve --help`",
+        )
     principal = _principal(args)
+    verifier = _verifier(args) if args.transport == "http" else None
+    if verifier is not None:
+        principal = None  # each request's principal comes from its bearer token, never a default
     if args.transport == "http":
-        check_bind(args.host, authenticated=args.tokens is not None)
+        check_bind(args.host, authenticated=verifier is not None)
     root = state_dir(args)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit = AuditLog(root / "audit.log")
@@ -126,11 +147,10 @@ def run(args: argparse.Namespace) -> int:
             if args.transport == "stdio":
                 anyio.run(serve_stdio, app, args.lock)
             else:
-                tokens = TokenFile(args.tokens) if args.tokens is not None else None
                 anyio.run(
                     lambda: serve_http(
-                        app, args.lock, host=args.host, port=args.port, tokens=tokens,
-                        allowed_origins=args.allow_origin,
+                        app, args.lock, host=args.host, port=args.port, verifier=verifier,
+                        issuer=args.oauth_issuer, allowed_origins=args.allow_origin,
                     )
                 )  # fmt: skip
         finally:
@@ -138,6 +158,24 @@ def run(args: argparse.Namespace) -> int:
     finally:
         audit.close()
     return EXIT_OK
+
+
+def _verifier(args: argparse.Namespace) -> Any:
+    """The bearer-token verifier of the HTTP transport, or ``None`` (no authentication)."""
+    from host.mcp.oauth import JwtVerifier  # noqa: PLC0415  # optional extra
+    from host.mcp.tokens import TokenFile  # noqa: PLC0415
+    from host.mcp.transport import StockadeTokenVerifier  # noqa: PLC0415
+
+    if args.tokens is not None:
+        return StockadeTokenVerifier(TokenFile(args.tokens))
+    if args.oauth_issuer is not None:
+        return JwtVerifier(
+            issuer=args.oauth_issuer,
+            audience=args.oauth_audience,
+            jwks_file=args.oauth_jwks,
+            default_project=args.project or os.environ.get("STOCKADE_PROJECT") or None,
+        )
+    return None
 
 
 def _open(args: argparse.Namespace, root: Path, audit: AuditLog) -> Host:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -53,15 +54,12 @@ class Served:
                 return line
 
 
-@pytest.fixture
-def served(world: World) -> Iterator[Served]:
-    engine = FilePolicyEngine(world.state / "policy.json")
-    engine.set_role("reader", allow=["tool.call:echo.say", "echo.use"], ask=[])
-    engine.grant_role("p", "carol", "reader")
-    tokens = TokenFile(world.state / "tokens.json")
+@contextlib.contextmanager
+def http_server(world: World, *extra: str, tokens: TokenFile | None = None) -> Iterator[Served]:
+    """A `stockade serve --transport http` subprocess on a free loopback port; stops on exit."""
     args = [
         sys.executable, "-m", "sdk.cli", "serve", "--transport", "http", "--port", "0",
-        "--lock", str(world.lock), "--state-dir", str(world.state), "--tokens", str(tokens.path),
+        "--lock", str(world.lock), "--state-dir", str(world.state), *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -86,7 +84,7 @@ def served(world: World) -> Iterator[Served]:
                 break
         assert url.startswith("http://127.0.0.1:"), "".join(stderr)
         drain.start()  # keep reading so the server never blocks on a full pipe
-        yield Served(url, tokens, proc, lines)
+        yield Served(url, tokens or TokenFile(world.state / "tokens.json"), proc, lines)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -94,6 +92,20 @@ def served(world: World) -> Iterator[Served]:
             drain.join(timeout=30)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def grant_carol_reader(world: World) -> None:
+    engine = FilePolicyEngine(world.state / "policy.json")
+    engine.set_role("reader", allow=["tool.call:echo.say", "echo.use"], ask=[])
+    engine.grant_role("p", "carol", "reader")
+
+
+@pytest.fixture
+def served(world: World) -> Iterator[Served]:
+    grant_carol_reader(world)
+    tokens = TokenFile(world.state / "tokens.json")
+    with http_server(world, "--tokens", str(tokens.path), tokens=tokens) as server:
+        yield server
 
 
 def post(served: Served, **headers: str) -> httpx.Response:
@@ -191,3 +203,12 @@ def test_closing_the_http_stream_cancels_the_running_guest(served: Served, world
     spun = [r for r in records if r["kind"] == "call.outcome" and r.get("tool") == "spin.forever"]
     assert [r["error"]["code"] for r in spun] == ["CANCELLED"]
     assert spun[0]["usage"]["duration_us"] < 10_000_000  # about 20 s of fuel otherwise
+
+
+def test_token_principal_is_never_replaced_by_a_configured_one(world: World) -> None:
+    grant_carol_reader(world)
+    tokens = TokenFile(world.state / "tokens.json")
+    carol, _ = tokens.add(project="p", subject="carol", ttl_s=3600)
+    with http_server(world, "--tokens", str(tokens.path), "--project", "p", "--subject", "alice") as server:
+        names, _ = anyio.run(_tools, server, carol)
+    assert names == ["echo.say"]  # carol's list, not alice's
