@@ -381,13 +381,17 @@ class StockadeMCP:
                 )
             except ApprovalInvalid as exc:
                 return _error_result(exc, digest=plan.action_digest)
-            answer = (params.input_responses or {}).get(APPROVAL_KEY)
+            answer: object = (params.input_responses or {}).get(APPROVAL_KEY)
             channel = "input_required"
         else:
             host.record_approval(plan, "requested", channel="elicitation")
-            answer = await ctx.session.elicit_form(
-                _preview_message(host, plan), APPROVAL_SCHEMA, related_request_id=ctx.request_id
-            )
+            try:
+                answer = await ctx.session.elicit_form(
+                    _preview_message(host, plan), APPROVAL_SCHEMA, related_request_id=ctx.request_id
+                )
+            except MCPError as exc:  # the client could not ask: nobody approved
+                _log.info("elicitation failed: %s", exc)
+                answer = None
             channel = "elicitation"
         if not _accepted(answer):
             host.record_approval(plan, "denied", channel=channel)

@@ -458,3 +458,19 @@ def test_stale_request_state_refused_after_reload(world: World) -> None:
 
     run(body)
     app.close()
+
+
+def test_failed_elicitation_is_approval_denied(world: World) -> None:
+    app = world.app()
+
+    async def broken(ctx: Any, params: Any) -> types.ErrorData:
+        return types.ErrorData(code=-32603, message="the UI crashed")
+
+    async def body() -> None:
+        async with mcp.Client(app.server, mode="legacy", elicitation_callback=broken) as client:
+            result = await client.call_tool("echo.write", {"message": "x"})
+        assert result.is_error is True and meta(result)["code"] == "APPROVAL_DENIED"
+        assert not [r for r in world.records() if r["kind"] == "call.intent"]
+
+    run(body)
+    app.close()
