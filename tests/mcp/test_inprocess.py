@@ -20,9 +20,11 @@ from mcp.shared.exceptions import MCPError
 from host import FilePolicyEngine, Principal
 from host.approvals import ApprovalQueue
 from host.canonical import canonical_json
-from host.mcp.server import APPROVAL_KEY, META_KEY, StockadeMCP
-from tests.mcp.conftest import BOB, World
+from host.mcp.server import APPROVAL_KEY, META_KEY, ServeOptions, StockadeMCP
+from tests.mcp.conftest import ALICE, BOB, World
 from tests.support.bundles import lock_digest, write_lock
+from tests.support.hosts import make_host
+from tests.support.wat import http_component
 
 MODES = ["legacy", "auto"]
 
@@ -473,4 +475,24 @@ def test_failed_elicitation_is_approval_denied(world: World) -> None:
         assert not [r for r in world.records() if r["kind"] == "call.intent"]
 
     run(body)
+    app.close()
+
+
+def test_progress_reports_each_http_request(tmp_path: Any) -> None:
+    fixture = make_host(tmp_path, module=http_component())  # echo.say's guest sends one request
+    app = StockadeMCP(
+        lambda: fixture.host, options=ServeOptions(state_dir=tmp_path / "state", principal=ALICE)
+    )
+    stages: list[str] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        stages.append(message or "")
+
+    async def body() -> None:
+        async with mcp.Client(app.server) as client:
+            await client.call_tool("echo.say", {"message": "p"}, progress_callback=progress)
+
+    run(body)
+    assert [s.split(":", 1)[0] for s in stages] == ["authorized", "sandbox_started", "http_request", "done"]
+    assert "method=POST" in stages[2] and "outcome=denied" in stages[2]  # no http.allow: denied
     app.close()
