@@ -17,6 +17,9 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── PolicyUnavailable         POLICY_UNAVAILABLE      policy could not be decided: fail closed
     ├── ApprovalRequired          APPROVAL_REQUIRED       a person must approve this action first
     ├── ApprovalInvalid           APPROVAL_INVALID        approval absent, used, expired or for another action
+    ├── ApprovalDenied            APPROVAL_DENIED         a person declined (or dismissed) the approval
+    ├── Busy                      BUSY                    the server is at its concurrency cap
+    ├── CallCancelled             CANCELLED               the caller cancelled the call; the guest was stopped
     ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
     ├── CredentialUnavailable     CREDENTIAL_UNAVAILABLE  a required secret is missing
     ├── EgressDenied              EGRESS_DENIED           an outbound request broke the egress rules
@@ -56,11 +59,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "ApprovalDenied",
     "ApprovalInvalid",
     "ApprovalRequired",
     "ArtifactInvalid",
     "AuditUnavailable",
     "BundleMissing",
+    "Busy",
+    "CallCancelled",
     "ComponentRefused",
     "CredentialUnavailable",
     "DigestMismatch",
@@ -204,6 +210,27 @@ class ApprovalInvalid(StockadeError):
 
     code = "APPROVAL_INVALID"
     default_hint = "Prepare the call again and obtain a fresh approval."
+
+
+class ApprovalDenied(StockadeError):
+    """A person declined the approval request, or dismissed it without answering."""
+
+    code = "APPROVAL_DENIED"
+    default_hint = "The call did not run; ask the person why before proposing it again."
+
+
+class Busy(StockadeError):
+    """The server already runs as many calls as its concurrency cap allows (not queued)."""
+
+    code = "BUSY"
+    default_hint = "Retry after a running call finishes, or raise --max-concurrency."
+
+
+class CallCancelled(StockadeError):
+    """The caller cancelled the call; a running guest was interrupted (its store stopped)."""
+
+    code = "CANCELLED"
+    default_hint = "Nothing to do; call again if the result is still wanted."
 
 
 class RateLimited(StockadeError):

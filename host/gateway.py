@@ -41,17 +41,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
+from host.adapters.schemas import ToolFormat, check_model_names, resolve_model_name, tool_schemas
 from host.audit import AuditLog, redact_params
 from host.auditkey import AuditKey
 from host.canonical import parse_json
 from host.config import HostConfig
 from host.egress.policy import EgressPolicy, Resolver, system_resolver
-from host.egress.port import DenyAllEgress, EgressPort
+from host.egress.port import DenyAllEgress, EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.egress.session import EgressSession
 from host.egress.transport import TransportFactory
 from host.errors import (
     ApprovalRequired,
+    CallCancelled,
     CredentialUnavailable,
     OutputInvalid,
     StockadeError,
@@ -68,7 +69,12 @@ from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits
 from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
 
-__all__ = ["CallResult", "ErrorInfo", "Host", "Usage"]
+__all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
+
+ProgressHook = Callable[[str, Mapping[str, Any]], None]
+"""Receives a call's stages from the worker thread: ``authorized``, ``approved``,
+``sandbox_started``, ``http_request`` (once per outbound request, with method, host and
+outcome) and ``done``. It must not raise and should return quickly."""
 
 _log = logging.getLogger("stockade.gateway")
 
@@ -232,6 +238,7 @@ class Host:
                 allow = EgressPolicy.from_allow(http.allow) if http is not None and http.allow else None
                 packages[locked.binding.package] = _Package(component, allow)
             registry = FrozenRegistry.from_packages((p.manifest, p.binding) for p in loaded.packages)
+            check_model_names(registry)  # no tool may vanish behind another's model-facing name
             LockState(config.state_dir).accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
             log.append(
                 "lock.accepted",
@@ -292,28 +299,49 @@ class Host:
         self._check_open()
         return self._approvals.issue(plan, ttl_s=ttl_s)
 
-    def call(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
+    def call(
+        self,
+        request: CallRequest | Mapping[str, Any],
+        *,
+        cancel: threading.Event | None = None,
+        progress: ProgressHook | None = None,
+    ) -> CallResult:
         """Prepare and, if allowed, execute one call. Never raises for untrusted input.
 
         The plan is used at once, so policy is not decided twice; an approval carried in
         the envelope is redeemed exactly as :meth:`execute` would.
+
+        Args:
+            request: the call envelope.
+            cancel: set it from another thread to cancel the call: a running guest is
+                interrupted within about 10 ms (its store is stopped) and the result is
+                CANCELLED, recorded as such in the audit log.
+            progress: receives the call's stages (:data:`ProgressHook`).
         """
         try:
             plan = self.prepare(request)
         except StockadeError as exc:
             return self._refused(request, exc)
-        return self._admit_and_run(plan, plan.request.approval)
+        return self._admit_and_run(plan, plan.request.approval, cancel, progress)
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
         return await asyncio.to_thread(self.call, request)
 
-    def execute(self, plan: InvocationPlan, approval: Approval | None = None) -> CallResult:
+    def execute(
+        self,
+        plan: InvocationPlan,
+        approval: Approval | None = None,
+        *,
+        cancel: threading.Event | None = None,
+        progress: ProgressHook | None = None,
+    ) -> CallResult:
         """Run a prepared plan (DESIGN §6 steps 7–11), re-authorizing first.
 
         Policy is decided again, so a revoke between prepare and execute denies; the
         fresh plan must have the same action digest; an approval-required plan needs an
-        approval bound to that digest, principal and session.
+        approval bound to that digest, principal and session. ``cancel`` and
+        ``progress`` are as for :meth:`call`.
         """
         try:
             current = self.prepare(plan.request)
@@ -321,9 +349,17 @@ class Host:
                 raise ApprovalRequired("the action changed since it was prepared; prepare it again")
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
-        return self._admit_and_run(current, approval)
+        return self._admit_and_run(current, approval, cancel, progress)
 
-    def _admit_and_run(self, plan: InvocationPlan, approval: Approval | None) -> CallResult:
+    def _admit_and_run(
+        self,
+        plan: InvocationPlan,
+        approval: Approval | None,
+        cancel: threading.Event | None = None,
+        progress: ProgressHook | None = None,
+    ) -> CallResult:
+        report = progress or _no_progress
+        report("authorized", {"tool": plan.tool, "version": plan.version, "status": plan.status})
         try:
             if plan.status == "approval_required":
                 if approval is None:
@@ -333,9 +369,45 @@ class Host:
                         preview=plan.preview.to_dict(),
                     )
                 self._approvals.redeem(plan, approval)
+                report("approved", {"action_digest": plan.action_digest})
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
-        return self._run(plan)
+        result = self._run(plan, cancel, report)
+        report("done", {"ok": result.ok, "code": result.error.code if result.error else None})
+        return result
+
+    def record_approval(self, plan: InvocationPlan, event: str, *, channel: str) -> str:
+        """Append an approval event to the audit log (for front ends such as the MCP server).
+
+        Args:
+            plan: the plan the event is about.
+            event: ``requested``, ``granted``, ``denied`` or ``redeemed``.
+            channel: how the person was asked (``elicitation``, ``input_required``,
+                ``queue``, ``cli``).
+
+        Raises:
+            AuditUnavailable: the record could not be written (do not run the call).
+            ValueError: an unknown event (caller misuse).
+
+        Returns:
+            the record's hash.
+        """
+        if event not in ("requested", "granted", "denied", "redeemed"):
+            raise ValueError(f"unknown approval event {event!r}")
+        principal = plan.request.principal
+        return self._audit.append(
+            f"approval.{event}",
+            {
+                "action_digest": plan.action_digest,
+                "project": principal.project,
+                "subject": principal.subject,
+                "session": plan.request.session,
+                "tool": plan.tool,
+                "version": plan.version,
+                "generation": plan.preview.generation,
+                "channel": channel,
+            },
+        )
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
         """Model-facing tool schemas from the registry (``openai``, ``anthropic`` or ``mcp``)."""
@@ -351,16 +423,24 @@ class Host:
 
     # -- steps 7–11 --------------------------------------------------------------------------
 
-    def _run(self, plan: InvocationPlan) -> CallResult:
+    def _run(
+        self, plan: InvocationPlan, cancel: threading.Event | None = None, report: ProgressHook | None = None
+    ) -> CallResult:
         holder: list[EgressPort] = []
         try:
-            return self._run_in(plan, holder)
+            return self._run_in(plan, holder, cancel, report or _no_progress)
         finally:
             for port in holder:
                 if isinstance(port, EgressSession):
                     port.close()
 
-    def _run_in(self, plan: InvocationPlan, holder: list[EgressPort]) -> CallResult:
+    def _run_in(
+        self,
+        plan: InvocationPlan,
+        holder: list[EgressPort],
+        cancel: threading.Event | None,
+        report: ProgressHook,
+    ) -> CallResult:
         tool = self.registry.get(plan.tool, plan.version)
         principal = plan.request.principal
         started = time.monotonic()
@@ -384,14 +464,18 @@ class Host:
             egress = self._egress(tool, staged, redactor, started)
             holder.append(egress)
             limits = self._limits(tool)
+            if cancel is not None and cancel.is_set():
+                raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
+            report("sandbox_started", {"tool": tool.name})
             result = self._runtime.run(
                 self._packages[tool.binding.package].component,
                 tool=tool.name,
                 input_json=plan.canonical_input.decode("utf-8"),
                 limits=limits,
-                egress=egress,
+                egress=egress if report is _no_progress else _ReportingEgress(egress, report),
                 secret_available=staged.__contains__,
                 scrub=redactor.text,
+                interrupt=cancel,
             )
             output = self._output(tool, result.output, redactor)
         except StockadeError as exc:
@@ -633,6 +717,26 @@ class Host:
 def _text(member: object) -> str:
     """The string value of an enum member (``Enum.value`` is a slow descriptor)."""
     return str(getattr(member, "value", member))
+
+
+def _no_progress(stage: str, info: Mapping[str, Any]) -> None:
+    """The progress hook of calls nobody watches."""
+
+
+class _ReportingEgress:
+    """An egress port that reports each request's outcome to a progress hook."""
+
+    __slots__ = ("_inner", "_report")
+
+    def __init__(self, inner: EgressPort, report: ProgressHook) -> None:
+        self._inner = inner
+        self._report = report
+
+    def send(self, request: HttpRequest) -> HttpResponse | HttpFailure:
+        answer = self._inner.send(request)
+        outcome = answer.status if isinstance(answer, HttpResponse) else answer.kind
+        self._report("http_request", {"method": request.method[:16], "outcome": outcome})
+        return answer
 
 
 def _log_text(log: object) -> str:

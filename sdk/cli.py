@@ -42,6 +42,8 @@ _COMMANDS = (
     "push", "pull",
     # host operators
     "tools", "call", "policy", "secrets", "log", "demo",
+    # MCP
+    "serve", "tokens", "approvals",
 )  # fmt: skip
 """Subcommand modules under ``sdk/commands/``, in ``--help`` order. Each module has
 ``register(subparsers)`` and sets ``func`` on its parsers."""

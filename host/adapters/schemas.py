@@ -3,25 +3,47 @@
 OpenAI and Anthropic function names must match ``^[a-zA-Z0-9_-]{1,64}$``, so a tool
 ``tracker.list-issues`` at version ``1.2.0`` is offered as ``tracker__list-issues``; when
 two versions of one tool are loaded, each name gets a version suffix
-(``tracker__list-issues__v1_2_0``). :func:`resolve_model_name` maps a name the model
-used back to the exact (tool, version); anything else is TOOL_NOT_FOUND. MCP names keep
-the dotted form. The schemas are the manifest's, untouched; descriptions are kept.
+(``tracker__list-issues__v1_2_0``).
+
+MCP names must match ``^[A-Za-z0-9_.-]{1,128}$`` (no ``@``): the dotted tool name, or
+``tracker.list-issues_v1.2.0`` when two versions are loaded (characters outside the set,
+such as SemVer's ``+``, become ``_``).
+
+Names are unique by construction. A name that does not fit its format's length, or that
+two tools would share (``1.0.0-a`` and ``1.0.0+a`` both sanitize to ``1_0_0_a``), is cut
+to leave room for ``_`` and the first 12 hex digits of sha256(``name@version``):
+deterministic, so the same registry always offers the same names. If two names still
+coincide, :func:`check_model_names` refuses the registry (MANIFEST_INVALID) rather than
+silently dropping a tool. :func:`resolve_model_name` maps a name the model used back to
+the exact (tool, version); anything else is TOOL_NOT_FOUND. The schemas are the
+manifest's, untouched; descriptions are kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-from host.errors import ToolNotFound
+from host.errors import ManifestInvalid, ToolNotFound
 
-__all__ = ["ToolFormat", "model_name", "resolve_model_name", "tool_schemas"]
+__all__ = [
+    "ToolFormat",
+    "check_model_names",
+    "mcp_annotations",
+    "model_name",
+    "resolve_model_name",
+    "tool_schemas",
+]
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 
-_FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_FORMATS: Final = ("openai", "anthropic", "mcp")
+_MAX_LENGTH: Final = {"openai": 64, "anthropic": 64, "mcp": 128}
+_NOT_ALLOWED: Final = {"openai": re.compile(r"[^a-zA-Z0-9_-]"), "mcp": re.compile(r"[^A-Za-z0-9_.-]")}
+_DIGEST_CHARS: Final = 12
 
 
 class _Tool(Protocol):
@@ -35,22 +57,87 @@ class _Tool(Protocol):
     def input_schema(self) -> Any: ...
 
 
-def model_name(tool: _Tool, *, versioned: bool, format: ToolFormat) -> str:
-    """The name a model sees for ``tool`` in ``format``."""
+def _base_name(tool: _Tool, *, versioned: bool, format: ToolFormat) -> str:
     if format == "mcp":
-        return f"{tool.name}@{tool.version}" if versioned else tool.name
+        name = f"{tool.name}_v{tool.version}" if versioned else tool.name
+        return _NOT_ALLOWED["mcp"].sub("_", name)
     name = tool.name.replace(".", "__")
     if versioned:
         name += "__v" + re.sub(r"[^a-zA-Z0-9]", "_", tool.version)
-    if not _FUNCTION_NAME.match(name):
-        name = name[:64]
-    return name
+    return _NOT_ALLOWED["openai"].sub("_", name)
+
+
+def _with_digest(base: str, tool: _Tool, format: ToolFormat) -> str:
+    digest = hashlib.sha256(f"{tool.name}@{tool.version}".encode()).hexdigest()[:_DIGEST_CHARS]
+    return base[: _MAX_LENGTH[format] - _DIGEST_CHARS - 1] + "_" + digest
+
+
+def model_name(tool: _Tool, *, versioned: bool, format: ToolFormat) -> str:
+    """The name a model sees for ``tool`` in ``format`` when no other tool shares it."""
+    base = _base_name(tool, versioned=versioned, format=format)
+    return base if len(base) <= _MAX_LENGTH[format] else _with_digest(base, tool, format)
 
 
 def _names(tools: Iterable[_Tool], format: ToolFormat) -> dict[str, _Tool]:
     tools = list(tools)
-    counts = Counter(t.name for t in tools)
-    return {model_name(t, versioned=counts[t.name] > 1, format=format): t for t in tools}
+    versions = Counter(t.name for t in tools)
+    bases = [model_name(t, versioned=versions[t.name] > 1, format=format) for t in tools]
+    shared = Counter(bases)
+    out: dict[str, _Tool] = {}
+    for base, tool in zip(bases, tools, strict=True):
+        name = base if shared[base] == 1 else _with_digest(base, tool, format)
+        if name in out:
+            raise ManifestInvalid(
+                f"tools {out[name].name}@{out[name].version} and {tool.name}@{tool.version} "
+                f"would both be offered to the model as {name!r}",
+                hint="Rename one of the tools; two tools may not share a model-facing name.",
+            )
+        out[name] = tool
+    return out
+
+
+def check_model_names(registry: Iterable[_Tool]) -> None:
+    """Refuse a registry in which two tools would share a model-facing name in any format.
+
+    Raises:
+        ManifestInvalid: naming both tools and the shared name.
+    """
+    tools = list(registry)
+    for format in _FORMATS:
+        _names(tools, format)
+
+
+def mcp_annotations(tool: Any) -> dict[str, Any]:
+    """MCP ``annotations`` derived from the manifest (never from the guest).
+
+    ``readOnlyHint`` for ``read`` effects, ``destructiveHint`` for ``write``/``execute``,
+    ``openWorldHint`` when the package may reach the network, ``title`` from the tool's
+    exact identity.
+    """
+    effect = str(getattr(tool.effect, "value", tool.effect))
+    http = getattr(tool.package, "http", None)
+    return {
+        "title": f"{tool.name} {tool.version}",
+        "readOnlyHint": effect == "read",
+        "destructiveHint": effect in ("write", "execute"),
+        "idempotentHint": False,
+        "openWorldHint": bool(http is not None and http.allow),
+    }
+
+
+def _mcp_entry(name: str, tool: _Tool) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": name,
+        "title": f"{tool.name} {tool.version}",
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+    }
+    output = getattr(tool, "output_schema", None)
+    if isinstance(output, dict) and output.get("type") == "object":
+        entry["outputSchema"] = output  # MCP requires an object root; others are text only
+    if hasattr(tool, "effect") and hasattr(tool, "package"):
+        entry["annotations"] = mcp_annotations(tool)
+    return entry
 
 
 def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str, Any]]:
@@ -58,8 +145,9 @@ def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str
 
     Raises:
         ValueError: unknown format (caller misuse).
+        ManifestInvalid: two tools would share a name (see :func:`check_model_names`).
     """
-    if format not in ("openai", "anthropic", "mcp"):
+    if format not in _FORMATS:
         raise ValueError(f"unknown tool format {format!r}; use openai, anthropic or mcp")
     out: list[dict[str, Any]] = []
     for name, tool in _names(registry, format).items():
@@ -74,7 +162,7 @@ def tool_schemas(registry: Iterable[_Tool], format: ToolFormat) -> list[dict[str
         elif format == "anthropic":
             out.append({"name": name, "description": tool.description, "input_schema": schema})
         else:
-            out.append({"name": name, "description": tool.description, "inputSchema": schema})
+            out.append(_mcp_entry(name, tool))
     return out
 
 

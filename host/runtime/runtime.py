@@ -186,6 +186,7 @@ class Runtime:
         egress: EgressPort,
         secret_available: Callable[[str], bool],
         scrub: Callable[[str], str] = lambda s: s,
+        interrupt: threading.Event | None = None,
     ) -> SandboxResult:
         """Run one call of ``component`` in a fresh store and instance.
 
@@ -199,8 +200,11 @@ class Runtime:
             egress: the port that serves the guest's ``http-request`` for this call.
             secret_available: answers the guest's ``secret-available`` (never a value).
             scrub: removes staged secret values from trap text, tool errors and the log.
+            interrupt: set from another thread to stop this call's guest within one
+                epoch tick (cancellation); the call then raises CallCancelled.
 
         Raises:
+            CallCancelled: ``interrupt`` was set while the guest ran.
             SandboxFuelExhausted, SandboxTimeout, SandboxMemory, SandboxTrap: the guest
                 trapped; ``exc.details["usage"]`` holds fuel, wall time and log size.
             InputInvalid: the guest returned ``invalid-input``.
@@ -230,6 +234,7 @@ class Runtime:
             secret_available=secret_available,
             scrub=scrub,
             trap_text_bytes=self._config.ceilings.trap_text_bytes,
+            interrupt=interrupt,
         )
 
     def _check_open(self) -> None:

@@ -41,6 +41,7 @@ then a no-op and keeps the contract on wasmtime versions where it is not.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from wasmtime import component as wc
 
 from host.egress.port import EgressPort
 from host.errors import (
+    CallCancelled,
     InputInvalid,
     SandboxFuelExhausted,
     SandboxMemory,
@@ -65,6 +67,7 @@ from host.runtime.calllog import CallLog, mentions_oom
 from host.runtime.checks import CALL_EXPORT, ComponentShape
 from host.runtime.engine import deadline_ticks
 from host.runtime.imports import CallContext, activate, deactivate
+from host.runtime.interrupt import InterruptWatch
 from host.runtime.models import LogLine, SandboxLimits, SandboxResult, SandboxUsage
 
 __all__ = ["TABLE_HEADROOM", "LoadedComponent", "execute", "store_limits"]
@@ -145,6 +148,7 @@ def execute(
     secret_available: Callable[[str], bool],
     scrub: Callable[[str], str],
     trap_text_bytes: int,
+    interrupt: threading.Event | None = None,
 ) -> SandboxResult:
     """Run ``call(tool, input_json)`` in a fresh store and instance.
 
@@ -159,8 +163,11 @@ def execute(
         secret_available: whether a secret is staged for this call.
         scrub: removes staged secret values from text leaving the sandbox.
         trap_text_bytes: cap on the trap text kept.
+        interrupt: set from another thread to stop the guest within one epoch tick
+            (:mod:`host.runtime.interrupt`); the call then raises CallCancelled.
 
     Raises:
+        CallCancelled: ``interrupt`` was set while the guest ran.
         SandboxFuelExhausted, SandboxTimeout, SandboxMemory, SandboxTrap: the guest
             trapped (or could not be instantiated); ``details["usage"]`` says what it used.
         InputInvalid: the guest returned ``invalid-input``.
@@ -174,7 +181,11 @@ def execute(
     started = time.perf_counter()
     store = wasmtime.Store(engine)
     store.set_fuel(limits.fuel)
-    store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
+    watch = None
+    if interrupt is None:
+        store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
+    else:
+        watch = InterruptWatch.install(store, interrupt, deadline_ticks(limits.timeout_ms))
     store.set_limits(**store_limits(loaded.census, limits.memory_bytes))
     if loaded.shape.uses_wasi:
         store.set_wasi(_wasi_config(log))
@@ -190,6 +201,8 @@ def execute(
     if context.fatal is not None:
         raise context.fatal
     lines = log.lines(scrub)
+    if outcome.failure is not None and watch is not None and watch.cancelled:
+        raise CallCancelled(f"the caller cancelled the call of {loaded.name!r}", **_details(usage, lines))
     if outcome.failure is not None:
         raise _classify(
             outcome.failure,

@@ -1,0 +1,281 @@
+"""The pending-approval queue: approvals given out of band (DESIGN §6 step 6, §12).
+
+When a call needs a person's approval and the caller cannot ask one (an MCP client
+without elicitation), the front end queues the action here and refuses the call with
+APPROVAL_REQUIRED. A person lists the queue (``stockade approvals list``) and approves or
+denies one action digest; the same call, retried by the same principal, then runs once
+(approved) or is refused with APPROVAL_DENIED (denied).
+
+Invariants:
+
+- one file per state dir, ``approvals.json`` (format ``stockade.approvals/1``), changed
+  only under an exclusive ``flock`` on ``approvals.lock`` and replaced atomically
+  (temp file, fsync, rename), so concurrent servers and CLI commands never lose an entry;
+- an entry is bound to the action digest *and* the principal (project, subject); the
+  digest already binds the principal, tool, version, lock generation and input;
+- an entry expires ``ttl_s`` after it was queued, decided or not; expired entries are
+  never redeemed and are dropped on the next write;
+- a decision is consumed once: :meth:`ApprovalQueue.redeem` removes an approved or
+  denied entry in the same locked step that reads it (single use);
+- at most :data:`MAX_PENDING` entries; a full queue refuses new entries (fail closed);
+- an unreadable or malformed file fails closed (APPROVAL_INVALID), never as "empty".
+
+The class is the port a later state-store backend implements (``request``, ``entries``,
+``decide``, ``redeem``); nothing else touches the file.
+
+Example::
+
+    queue = ApprovalQueue(state_dir)
+    queue.request(plan, summary="{...}")         # -> the pending entry
+    queue.decide(digest, approve=True)           # a person, from the CLI
+    queue.redeem(digest, project="p", subject="alice")  # -> "approved", once
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from host._files import atomic_write, read_regular
+from host.errors import ApprovalInvalid
+from host.plan import InvocationPlan
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - non-POSIX platforms
+    _fcntl = None  # type: ignore[assignment]  # flock is unavailable; the queue refuses to open
+
+__all__ = ["FORMAT", "MAX_PENDING", "ApprovalQueue", "PendingApproval", "Redemption", "asdict_entry"]
+
+FORMAT: Final = "stockade.approvals/1"
+MAX_PENDING: Final = 256  # entries in one queue
+MAX_FILE_BYTES: Final = 4 * 1024 * 1024  # bytes of approvals.json
+DEFAULT_TTL_S: Final = 900.0  # s an entry lives after it was queued
+MAX_SUMMARY_CHARS: Final = 1024  # characters of the input summary kept
+
+Status = Literal["pending", "approved", "denied"]
+Redemption = Literal["approved", "denied", "pending", "absent"]
+
+_HEX64 = r"^[0-9a-f]{64}$"
+
+
+class PendingApproval(BaseModel):
+    """One queued action, as stored and as listed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    action_digest: str = Field(pattern=_HEX64)
+    project: str = Field(min_length=1, max_length=128)
+    subject: str = Field(min_length=1, max_length=256)
+    tool: str = Field(max_length=64)
+    version: str = Field(max_length=128)
+    generation: int
+    effect: str = Field(max_length=16)
+    risk: str = Field(max_length=16)
+    hosts: tuple[str, ...]
+    secrets: tuple[str, ...]
+    summary: str = Field(max_length=MAX_SUMMARY_CHARS)
+    requested_at: float
+    expires_at: float
+    status: Status = "pending"
+    decided_at: float | None = None
+    decided_by: str | None = Field(default=None, max_length=256)
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    format: Literal["stockade.approvals/1"]
+    entries: tuple[PendingApproval, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    digest: str
+    project: str
+    subject: str
+
+
+class ApprovalQueue:
+    """The file-backed queue of one state directory (see the module docstring).
+
+    Args:
+        state_dir: the host's state directory (created if missing, mode 0700).
+        ttl_s: how long an entry lives after it was queued.
+        clock: the time source (injected in tests).
+    """
+
+    def __init__(self, state_dir: Path, *, ttl_s: float = DEFAULT_TTL_S, clock: Any = time.time) -> None:
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be positive")
+        if _fcntl is None:  # pragma: no cover - non-POSIX platforms
+            raise RuntimeError("the approval queue needs flock (POSIX)")
+        self._dir = Path(state_dir)
+        self._path = self._dir / "approvals.json"
+        self._lock_path = self._dir / "approvals.lock"
+        self._ttl = ttl_s
+        self._clock = clock
+
+    # -- the port ------------------------------------------------------------------------
+
+    def request(self, plan: InvocationPlan, *, summary: str) -> PendingApproval:
+        """Queue ``plan`` for a person's decision, or return the live entry already queued.
+
+        Raises:
+            ApprovalInvalid: the queue is full or unreadable.
+        """
+        key = _key_of(plan)
+        with self._locked() as entries:
+            existing = entries.get(key)
+            if existing is not None:
+                return existing
+            if len(entries) >= MAX_PENDING:
+                raise ApprovalInvalid(
+                    f"the approval queue holds {MAX_PENDING} entries; decide or let some expire first"
+                )
+            now = self._clock()
+            preview = plan.preview
+            entry = PendingApproval(
+                action_digest=plan.action_digest,
+                project=key.project,
+                subject=key.subject,
+                tool=plan.tool,
+                version=plan.version,
+                generation=preview.generation,
+                effect=preview.effect,
+                risk=preview.risk,
+                hosts=preview.hosts,
+                secrets=preview.secrets,
+                summary=summary[:MAX_SUMMARY_CHARS],
+                requested_at=now,
+                expires_at=now + self._ttl,
+            )
+            entries[key] = entry
+            return entry
+
+    def entries(self) -> list[PendingApproval]:
+        """Every live (unexpired) entry, oldest first.
+
+        Raises:
+            ApprovalInvalid: the queue file is unreadable or malformed.
+        """
+        with self._locked(write=False) as entries:
+            return sorted(entries.values(), key=lambda e: (e.requested_at, e.action_digest))
+
+    def decide(
+        self,
+        digest: str,
+        *,
+        approve: bool,
+        by: str,
+        project: str | None = None,
+        subject: str | None = None,
+    ) -> PendingApproval:
+        """Approve or deny the pending entry of ``digest`` (optionally naming its principal).
+
+        Raises:
+            ApprovalInvalid: no pending, unexpired entry with that digest (and principal),
+                or the queue is unreadable.
+        """
+        with self._locked() as entries:
+            matches = [
+                k
+                for k, e in entries.items()
+                if k.digest == digest
+                and e.status == "pending"
+                and (project is None or k.project == project)
+                and (subject is None or k.subject == subject)
+            ]
+            if len(matches) != 1:
+                raise ApprovalInvalid(
+                    f"no pending approval with digest {digest[:64]!r}"
+                    + ("" if not matches else " for exactly one principal; name --project and --subject"),
+                    hint="List pending approvals with `stockade approvals list`; they expire.",
+                )
+            entry = entries[matches[0]].model_copy(
+                update={
+                    "status": "approved" if approve else "denied",
+                    "decided_at": self._clock(),
+                    "decided_by": by[:256],
+                }
+            )
+            entries[matches[0]] = entry
+            return entry
+
+    def redeem(self, digest: str, *, project: str, subject: str) -> tuple[Redemption, PendingApproval | None]:
+        """Consume the decision for this digest and principal, once.
+
+        Returns:
+            ``("approved", entry)`` or ``("denied", entry)`` (the entry is removed),
+            ``("pending", entry)`` (nobody decided yet) or ``("absent", None)``.
+
+        Raises:
+            ApprovalInvalid: the queue is unreadable.
+        """
+        key = _Key(digest, project, subject)
+        with self._locked() as entries:
+            entry = entries.get(key)
+            if entry is None:
+                return "absent", None
+            if entry.status == "pending":
+                return "pending", entry
+            del entries[key]
+            return entry.status, entry
+
+    # -- the file ------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, *, write: bool = True) -> Iterator[dict[_Key, PendingApproval]]:
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            _fcntl.flock(fd, _fcntl.LOCK_EX)
+            entries, expired = self._load()
+            before = dict(entries)
+            yield entries
+            if write and (expired or entries != before):
+                self._store(entries)
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def _load(self) -> tuple[dict[_Key, PendingApproval], bool]:
+        """(live entries, whether any expired entry was dropped)."""
+        if not self._path.exists():
+            return {}, False
+        data = read_regular(self._path, MAX_FILE_BYTES, what="approvals.json", error=ApprovalInvalid)
+        try:
+            parsed = _File.model_validate_json(data)
+        except ValidationError as exc:
+            raise ApprovalInvalid(
+                "the approval queue file is malformed; nothing is approved from it",
+                hint=f"Inspect or remove {self._path} (pending approvals are then lost).",
+            ) from exc
+        now = self._clock()
+        live = {_key(e): e for e in parsed.entries if e.expires_at > now}
+        return live, len(live) != len(parsed.entries)
+
+    def _store(self, entries: dict[_Key, PendingApproval]) -> None:
+        body = {"format": FORMAT, "entries": [asdict_entry(e) for e in entries.values()]}
+        atomic_write(self._path, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def asdict_entry(entry: PendingApproval) -> dict[str, Any]:
+    """JSON form of an entry (for the file and for ``--json`` listings)."""
+    return entry.model_dump(mode="json")
+
+
+def _key(entry: PendingApproval) -> _Key:
+    return _Key(entry.action_digest, entry.project, entry.subject)
+
+
+def _key_of(plan: InvocationPlan) -> _Key:
+    principal = plan.request.principal
+    return _Key(plan.action_digest, principal.project, principal.subject)

@@ -1,0 +1,106 @@
+"""OAuth 2.1 resource-server mode: accept access tokens (JWTs) an authorization server issued.
+
+``stockade serve --transport http --oauth-issuer URL --oauth-audience AUD --oauth-jwks FILE``
+verifies each bearer token as a JWT signed by one of the keys of a local JWKS file (the
+host never fetches keys at run time: the file is pinned like the lock), with:
+
+- the algorithm from an allowlist (RS256, ES256, EdDSA), matched to the key by ``kid``;
+- ``iss`` equal to the configured issuer and ``aud`` naming the configured audience;
+- ``exp`` required and in the future (``nbf``/``iat`` honoured, 30 s leeway);
+- ``sub`` required: the principal's subject; the project is the token's
+  ``stockade_project`` claim, or the configured default project when it has none.
+
+Anything else is ``None`` (HTTP 401). The SDK's bearer middleware calls
+:meth:`JwtVerifier.verify_token`; its protected-resource metadata names the issuer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import jwt
+from mcp.server.auth.provider import AccessToken
+
+from host._files import read_regular
+from host.errors import RequestInvalid
+
+__all__ = ["ALGORITHMS", "JwtVerifier"]
+
+ALGORITHMS: Final = ("RS256", "ES256", "EdDSA")
+PROJECT_CLAIM: Final = "stockade_project"
+LEEWAY_S: Final = 30  # s of clock skew accepted on exp/nbf/iat
+MAX_JWKS_BYTES: Final = 256 * 1024  # bytes of the JWKS file
+MAX_TOKEN_CHARS: Final = 8192  # characters of one access token
+
+
+class JwtVerifier:
+    """The SDK's ``TokenVerifier`` for JWT access tokens (see the module docstring).
+
+    Args:
+        issuer: the exact ``iss`` accepted.
+        audience: the ``aud`` value the token must name (this server's resource id).
+        jwks_file: a JWKS document (``{"keys": [...]}``) with the issuer's public keys.
+        default_project: the project of tokens without a ``stockade_project`` claim
+            (``None``: such tokens are refused).
+
+    Raises:
+        RequestInvalid: the JWKS file is unreadable, malformed or holds no usable key.
+    """
+
+    def __init__(self, *, issuer: str, audience: str, jwks_file: Path, default_project: str | None) -> None:
+        raw = read_regular(Path(jwks_file), MAX_JWKS_BYTES, what="JWKS file", error=RequestInvalid)
+        try:
+            keys = jwt.PyJWKSet.from_dict(json.loads(raw))
+        except (ValueError, jwt.PyJWTError) as exc:
+            raise RequestInvalid(f"the JWKS file is not usable: {exc}") from None
+        self._keys = {k.key_id: k for k in keys.keys if k.key_id}
+        if not self._keys:
+            raise RequestInvalid("the JWKS file has no key with a kid")
+        self._issuer = issuer
+        self._audience = audience
+        self._default_project = default_project
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The principal of a valid token as an AccessToken; ``None`` (HTTP 401) otherwise."""
+        claims = self._claims(token)
+        if claims is None:
+            return None
+        project = claims.get(PROJECT_CLAIM, self._default_project)
+        subject = claims.get("sub")
+        if not isinstance(project, str) or not project or not isinstance(subject, str) or not subject:
+            return None
+        client = claims.get("azp") or claims.get("client_id") or subject
+        return AccessToken(
+            token="jwt:" + str(claims.get("jti", "")),  # never keep the token itself
+            client_id=str(client),
+            scopes=str(claims.get("scope", "")).split(),
+            expires_at=int(claims["exp"]),
+            resource=self._audience,
+            subject=subject,
+            claims={"project": project, "iss": self._issuer},
+        )
+
+    def _claims(self, token: str) -> dict[str, Any] | None:
+        if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
+            return None
+        try:
+            header = jwt.get_unverified_header(token)
+            kid = header.get("kid")
+            key = self._keys.get(kid) if isinstance(kid, str) else None
+            alg = header.get("alg")
+            if key is None or alg not in ALGORITHMS or key.algorithm_name != alg:  # no alg confusion
+                return None
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.key,
+                algorithms=[header["alg"]],
+                audience=self._audience,
+                issuer=self._issuer,
+                leeway=LEEWAY_S,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+        except jwt.PyJWTError:
+            return None
+        return claims

@@ -1,0 +1,611 @@
+"""Stockade as an MCP server: a thin adapter over :class:`~host.Host` (DESIGN §12).
+
+Built on the official SDK's low-level ``mcp.server.Server``: the manifest owns the
+schemas, and policy is decided before input is looked at, exactly as ``Host.call``. This
+module adds transport-independent MCP behaviour and nothing that decides policy:
+
+- **principal**: a fixed one (stdio) or the one a bearer token maps to (HTTP);
+- **tools/list**: registry order sorted by name; a tool the principal's policy *denies*
+  is hidden, one that needs approval is listed; schemas are the manifest's objects,
+  untouched; names from :mod:`host.adapters.schemas` (MCP-valid, unique); annotations
+  from the manifest;
+- **tools/call**: an unknown name is JSON-RPC -32602; every other refusal is a result
+  with ``isError`` whose text is ``CODE: message`` plus the hint, and whose ``_meta``
+  holds ``{"code", "action_digest", "audit_id"}`` under :data:`META_KEY`; success is
+  ``structuredContent`` (object outputs) plus the same JSON as text;
+- **approvals**: 2025-11-25 clients with elicitation get a form elicitation;
+  2026-07-28 clients with elicitation get an ``input_required`` result whose
+  ``requestState`` is host-MAC'd and single use (:mod:`host.mcp.state`); clients without
+  elicitation get APPROVAL_REQUIRED and the action is queued in the state dir
+  (:mod:`host.approvals`) for ``stockade approvals approve``; every step is audited;
+- **cancellation**: a cancelled request sets the call's cancel event, the guest's store
+  is interrupted within one epoch tick, and the handler waits for the worker thread to
+  finish before the cancellation propagates (no wasm left running in a thread);
+- **progress**: with a progress token, each stage of the call is reported;
+- **concurrency**: at most ``max_concurrency`` calls at once; one more is BUSY;
+- **reload**: :meth:`StockadeMCP.reload` opens the new lock generation with every check
+  of ``Host.open``; on success tools/list_changed is sent to handshake-era clients and
+  to 2026-07-28 ``subscriptions/listen`` streams; on failure the old generation stays
+  and the reason is logged.
+
+Example::
+
+    app = StockadeMCP(opener, options=ServeOptions(principal=Principal(project="p", subject="a"),
+                                                   state_dir=state))
+    async with mcp.Client(app.server) as client:
+        await client.list_tools()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import json
+import logging
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from host.adapters.schemas import mcp_annotations, tool_schemas
+from host.approvals import ApprovalQueue
+from host.audit import redact_params
+from host.canonical import canonical_json
+from host.errors import (
+    ApprovalDenied,
+    ApprovalInvalid,
+    ApprovalRequired,
+    Busy,
+    CallCancelled,
+    StockadeError,
+    ToolNotFound,
+)
+from host.gateway import CallResult, ErrorInfo, Host, ProgressHook
+from host.mcp.state import RequestStates
+from host.plan import CallRequest, InvocationPlan, Principal
+from host.registry import ToolDefinition
+
+__all__ = ["APPROVAL_KEY", "META_KEY", "ServeOptions", "StockadeMCP"]
+
+_log = logging.getLogger("stockade.mcp")
+
+META_KEY: Final = "dev.stockade/call"
+"""The ``_meta`` key of every tools/call result: ``{"code", "action_digest", "audit_id"}``."""
+TOOL_META_KEY: Final = "dev.stockade/tool"
+APPROVAL_KEY: Final = "approval"
+"""The key of the approval elicitation in an ``input_required`` result."""
+APPROVAL_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve this exact call",
+            "description": "true runs the call once; anything else refuses it",
+        }
+    },
+    "required": ["approve"],
+}
+MAX_SUMMARY_CHARS: Final = 512  # characters of input shown in an approval preview
+PROGRESS_BUFFER: Final = 32  # progress messages buffered per call (more are dropped)
+PROGRESS_DRAIN_S: Final = 2.0  # s a finished call waits for its progress to reach the client
+DISCONNECT_POLL_S: Final = 0.1  # s between checks that an HTTP client is still connected
+_INVALID_PARAMS: Final = -32602
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How one MCP server behaves.
+
+    Args:
+        state_dir: the host's state directory (pending approvals live here).
+        principal: the fixed principal (stdio); ``None`` when each request carries one
+            (HTTP with bearer tokens).
+        session: the session id passed to ``Host`` for every call.
+        max_concurrency: calls running at once; one more is refused with BUSY.
+        approval_ttl_s: lifetime of an ``input_required`` state and of a queued approval.
+    """
+
+    state_dir: Path
+    principal: Principal | None = None
+    session: str = "mcp"
+    max_concurrency: int = max(2, (os.cpu_count() or 1) * 2)
+    approval_ttl_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+
+
+class _Slot:
+    """The current Host generation and the calls using it (a reload swaps it)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.users = 0
+
+
+class StockadeMCP:
+    """The MCP server of one Stockade host (see the module docstring).
+
+    Args:
+        opener: opens a Host for the current lock (called once now and on every reload).
+        options: principal, state dir, concurrency.
+    """
+
+    def __init__(self, opener: Callable[[], Host], *, options: ServeOptions) -> None:
+        self.options = options
+        self._opener = opener
+        self._slot = _Slot(opener())
+        self._guard = threading.Lock()
+        self._active = 0
+        self._idle = threading.Condition()
+        self._limiter = anyio.CapacityLimiter(options.max_concurrency)
+        self._states = RequestStates(ttl_s=options.approval_ttl_s)
+        self._queue = ApprovalQueue(options.state_dir, ttl_s=max(options.approval_ttl_s, 900.0))
+        self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
+        self._bus = InMemorySubscriptionBus()  # 2026-07-28 subscriptions/listen streams
+        self.server: Server[Any] = Server(
+            "stockade",
+            version=_version(),
+            instructions="Sandboxed tools; every call is policy-checked, approved where needed and audited.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=ListenHandler(self._bus),
+        )
+
+    @property
+    def host(self) -> Host:
+        """The Host of the current lock generation."""
+        return self._slot.host
+
+    # -- reload --------------------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """Open the lock again; swap generations only if every check passes.
+
+        Returns:
+            True when a new generation was accepted (tools/list_changed was sent).
+        """
+        try:
+            fresh = await anyio.to_thread.run_sync(self._opener)
+        except StockadeError as exc:
+            _log.error("lock reload refused, keeping generation %d: %s", self.host.generation, exc)
+            return False
+        with self._guard:
+            old, self._slot = self._slot, _Slot(fresh)
+            idle = old.users == 0
+        if idle:
+            old.host.close()
+        _log.warning("lock generation %d accepted (was %d)", fresh.generation, old.host.generation)
+        await self._notify_list_changed()
+        return True
+
+    async def _notify_list_changed(self) -> None:
+        await self._bus.publish(ToolsListChanged())
+        for connection in list(self._listeners):
+            try:
+                await connection.send_tool_list_changed()
+            except Exception as exc:  # a closed connection must not stop the others
+                _log.info("could not send tools/list_changed: %s", type(exc).__name__)
+
+    def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return  # 2026-07-28 delivers list changes only on subscriptions/listen streams
+        # The SDK hands handlers a per-request session; its connection outlives the request.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None and hasattr(connection, "send_tool_list_changed"):
+            self._listeners.add(connection)
+
+    def _acquire(self) -> _Slot:
+        with self._guard:
+            slot = self._slot
+            slot.users += 1
+            return slot
+
+    def _release(self, slot: _Slot) -> None:
+        with self._guard:
+            slot.users -= 1
+            retired = slot is not self._slot and slot.users == 0
+        if retired:
+            slot.host.close()
+
+    async def wait_idle(self) -> None:
+        """Return once no tools/call is in flight (cancelled calls included)."""
+
+        def wait() -> None:
+            with self._idle:
+                self._idle.wait_for(lambda: self._active == 0)
+
+        await anyio.to_thread.run_sync(wait)
+
+    def close(self) -> None:
+        """Close the current Host (calls in flight finish first in the caller's hands)."""
+        self._slot.host.close()
+
+    # -- principal -----------------------------------------------------------------------
+
+    def _principal(self) -> Principal:
+        if self.options.principal is not None:
+            return self.options.principal
+        token = get_access_token()
+        claims = (token.claims or {}) if token is not None else {}
+        if token is None or token.subject is None or not isinstance(claims.get("project"), str):
+            raise MCPError(code=_INVALID_PARAMS, message="no authenticated principal")
+        return Principal(project=claims["project"], subject=token.subject, expires_at=token.expires_at)
+
+    # -- tools/list ----------------------------------------------------------------------
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self._remember(ctx)
+        principal = self._principal()
+        slot = self._acquire()
+        try:
+            host = slot.host
+            tools = [self._tool(host, entry) for entry in tool_schemas(host.registry, "mcp")]
+            visible = [t for t, d in tools if not self._hidden(host, principal, d)]
+        finally:
+            self._release(slot)
+        return types.ListToolsResult(tools=sorted(visible, key=lambda t: t.name))
+
+    def _tool(self, host: Host, entry: Mapping[str, Any]) -> tuple[types.Tool, ToolDefinition]:
+        name, version = host.resolve_tool("mcp", entry["name"])
+        definition = host.registry.get(name, version)
+        annotations = mcp_annotations(definition)
+        tool = types.Tool(
+            name=entry["name"],
+            title=entry["title"],
+            description=entry["description"],
+            input_schema=entry["inputSchema"],
+            output_schema=entry.get("outputSchema"),
+            annotations=types.ToolAnnotations(
+                title=annotations["title"],
+                read_only_hint=annotations["readOnlyHint"],
+                destructive_hint=annotations["destructiveHint"],
+                idempotent_hint=annotations["idempotentHint"],
+                open_world_hint=annotations["openWorldHint"],
+            ),
+            _meta={
+                TOOL_META_KEY: {
+                    "tool": name,
+                    "version": version,
+                    "effect": str(definition.effect.value),
+                    "risk": str(definition.risk.value),
+                    "generation": definition.binding.generation,
+                }
+            },
+        )
+        return tool, definition
+
+    def _hidden(self, host: Host, principal: Principal, tool: ToolDefinition) -> bool:
+        """A tool is hidden when policy denies it to this principal (decided before input)."""
+        probe = CallRequest(
+            principal=principal, session=self.options.session, tool=tool.name, version=tool.version, input={}
+        )
+        try:
+            host.prepare(probe)
+        except StockadeError as exc:
+            return exc.code in ("POLICY_DENIED", "POLICY_UNAVAILABLE", "REQUEST_INVALID")
+        return False
+
+    # -- tools/call ----------------------------------------------------------------------
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        principal = self._principal()
+        slot = self._acquire()
+        try:
+            host = slot.host
+            try:
+                tool, version = host.resolve_tool("mcp", params.name)
+            except ToolNotFound:
+                raise MCPError(code=_INVALID_PARAMS, message=f"Unknown tool: {params.name[:200]}") from None
+            with self._idle:
+                if self._active >= self.options.max_concurrency:
+                    busy = Busy(f"{self.options.max_concurrency} calls are running; this one is not queued")
+                    return _error_result(busy)
+                self._active += 1
+            try:
+                request = {
+                    "principal": principal,
+                    "session": self.options.session,
+                    "tool": tool,
+                    "version": version,
+                    "input": params.arguments if params.arguments is not None else {},
+                }
+                async with _progress(ctx) as hook, _until_disconnected(ctx) as outcome:
+                    outcome.append(await self._call(ctx, host, request, params, hook))
+                if not outcome:  # the HTTP client went away: the call was cancelled
+                    return _error_result(CallCancelled("the client disconnected; the call was cancelled"))
+                return outcome[0]
+            finally:
+                with self._idle:
+                    self._active -= 1
+                    self._idle.notify_all()
+        finally:
+            self._release(slot)
+
+    async def _call(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        host: Host,
+        request: dict[str, Any],
+        params: types.CallToolRequestParams,
+        hook: ProgressHook | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if params.request_state is None:
+            result = await self._in_thread(functools.partial(host.call, request), hook)
+            if result.error is None or result.error.code != "APPROVAL_REQUIRED":
+                return _call_result(result)
+        try:
+            plan = await anyio.to_thread.run_sync(host.prepare, request)
+        except StockadeError:
+            return _call_result(await self._in_thread(functools.partial(host.call, request), hook))
+        if plan.status != "approval_required":  # policy changed in between: run as decided now
+            return _call_result(await self._in_thread(functools.partial(host.execute, plan), hook))
+        return await self._approve_and_run(ctx, host, plan, params, hook)
+
+    async def _approve_and_run(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        host: Host,
+        plan: InvocationPlan,
+        params: types.CallToolRequestParams,
+        hook: ProgressHook | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if not _can_elicit(ctx):
+            return await self._queued(host, plan, hook)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            if params.request_state is None:
+                host.record_approval(plan, "requested", channel="input_required")
+                return self._input_required(host, plan)
+            try:
+                self._states.redeem(
+                    params.request_state, plan.action_digest, _key(plan), generation=host.generation
+                )
+            except ApprovalInvalid as exc:
+                return _error_result(exc, digest=plan.action_digest)
+            answer: object = (params.input_responses or {}).get(APPROVAL_KEY)
+            channel = "input_required"
+        else:
+            host.record_approval(plan, "requested", channel="elicitation")
+            try:
+                answer = await ctx.session.elicit_form(
+                    _preview_message(host, plan), APPROVAL_SCHEMA, related_request_id=ctx.request_id
+                )
+            except MCPError as exc:  # the client could not ask: nobody approved
+                _log.info("elicitation failed: %s", exc)
+                answer = None
+            channel = "elicitation"
+        if not _accepted(answer):
+            host.record_approval(plan, "denied", channel=channel)
+            return _error_result(ApprovalDenied(f"a person declined {plan.tool}"), digest=plan.action_digest)
+        return await self._run_approved(host, plan, channel, hook)
+
+    async def _run_approved(
+        self, host: Host, plan: InvocationPlan, channel: str, hook: ProgressHook | None
+    ) -> types.CallToolResult:
+        host.record_approval(plan, "granted", channel=channel)
+        approval = host.approve(plan)
+        return _call_result(await self._in_thread(functools.partial(host.execute, plan, approval), hook))
+
+    def _input_required(self, host: Host, plan: InvocationPlan) -> types.InputRequiredResult:
+        state = self._states.mint(plan.action_digest, _key(plan), generation=host.generation)
+        elicit = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(
+                message=_preview_message(host, plan), requested_schema=APPROVAL_SCHEMA
+            )
+        )
+        return types.InputRequiredResult(input_requests={APPROVAL_KEY: elicit}, request_state=state)
+
+    async def _queued(
+        self, host: Host, plan: InvocationPlan, hook: ProgressHook | None
+    ) -> types.CallToolResult:
+        principal = plan.request.principal
+        status, _entry = self._queue.redeem(
+            plan.action_digest, project=principal.project, subject=principal.subject
+        )
+        if status == "approved":
+            return await self._run_approved(host, plan, "queue", hook)
+        if status == "denied":
+            host.record_approval(plan, "denied", channel="queue")
+            return _error_result(ApprovalDenied(f"a person denied {plan.tool}"), digest=plan.action_digest)
+        if status == "absent":
+            self._queue.request(plan, summary=_input_summary(host, plan))
+            host.record_approval(plan, "requested", channel="queue")
+        return _error_result(
+            ApprovalRequired(
+                f"{plan.tool} needs a person's approval; it is queued as {plan.action_digest}",
+                hint=f"A person runs `stockade approvals approve {plan.action_digest}`; then call again.",
+                action_digest=plan.action_digest,
+            ),
+            digest=plan.action_digest,
+        )
+
+    async def _in_thread(self, work: Callable[..., CallResult], hook: ProgressHook | None) -> CallResult:
+        """Run one host call in a worker thread; a cancellation interrupts the guest first."""
+        cancel, finished = threading.Event(), threading.Event()
+
+        def run() -> CallResult:
+            try:
+                return work(cancel=cancel, progress=hook)
+            finally:
+                finished.set()
+
+        try:
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True, limiter=self._limiter)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(finished.wait)
+            raise
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("stockade")
+    except importlib.metadata.PackageNotFoundError:  # an uninstalled checkout has no metadata
+        return "0"
+
+
+def _key(plan: InvocationPlan) -> tuple[str, str]:
+    return plan.request.principal.key
+
+
+def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    elicitation = caps.elicitation if caps is not None else None
+    if elicitation is None:
+        return False
+    # A bare {} declares form mode (2025-06-18 clients); url-only clients cannot show a form.
+    return elicitation.form is not None or elicitation.url is None
+
+
+def _accepted(answer: object) -> bool:
+    if not isinstance(answer, types.ElicitResult):
+        return False
+    return answer.action == "accept" and (answer.content or {}).get("approve") is True
+
+
+def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the caller asked for progress (a token; or an in-process callback)."""
+    meta = ctx.meta or {}
+    if meta.get("progress_token") is not None or meta.get("progressToken") is not None:
+        return True
+    # The SDK's in-process (direct) dispatcher has no token: it holds the caller's callback.
+    # (Private SDK attributes, read defensively: a missing one means "no progress".)
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    outbound = getattr(outbound, "_inner", outbound)
+    return getattr(outbound, "_on_progress", None) is not None
+
+
+@contextlib.asynccontextmanager
+async def _until_disconnected(
+    ctx: ServerRequestContext[Any, Any],
+) -> AsyncIterator[list[types.CallToolResult | types.InputRequiredResult]]:
+    """Cancel the body when the HTTP client that sent this request disconnects.
+
+    The SDK does not cancel a handler whose response stream was closed, so a watcher
+    polls Starlette's ``Request.is_disconnected`` every :data:`DISCONNECT_POLL_S`; the
+    cancellation then interrupts the guest like ``notifications/cancelled`` does. The
+    yielded list receives the body's result; it stays empty when the body was cancelled.
+    """
+    is_disconnected = getattr(ctx.request, "is_disconnected", None)
+    outcome: list[types.CallToolResult | types.InputRequiredResult] = []
+    if is_disconnected is None:  # stdio, in-process: cancellation arrives as a notification
+        yield outcome
+        return
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while not await is_disconnected():
+            await anyio.sleep(DISCONNECT_POLL_S)
+        _log.warning("the HTTP client disconnected: cancelling its call")
+        scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch, group.cancel_scope)
+        yield outcome
+        group.cancel_scope.cancel()  # the body finished: stop watching
+
+
+@contextlib.asynccontextmanager
+async def _progress(ctx: ServerRequestContext[Any, Any]) -> AsyncIterator[ProgressHook | None]:
+    """A progress hook for one call, or ``None`` when the caller asked for no progress.
+
+    The worker thread never waits on the client: it drops each stage into a bounded
+    buffer (a full buffer drops the stage) and a task forwards them. A client that stops
+    reading cannot stall the call, and forwarding gets at most :data:`PROGRESS_DRAIN_S`
+    after the call to flush.
+    """
+    if not _wants_progress(ctx):
+        yield None
+        return
+    send, receive = anyio.create_memory_object_stream[str](PROGRESS_BUFFER)
+    drained = anyio.Event()
+
+    async def forward() -> None:
+        count = 0
+        try:
+            async with receive:
+                async for message in receive:
+                    count += 1
+                    try:
+                        await ctx.session.report_progress(count, None, message)
+                    except Exception as exc:  # a gone client must not fail the call
+                        _log.debug("progress not sent: %s", type(exc).__name__)
+        finally:
+            drained.set()
+
+    def hook(stage: str, info: Mapping[str, Any]) -> None:
+        detail = ", ".join(f"{k}={v}" for k, v in info.items())
+        try:
+            anyio.from_thread.run_sync(send.send_nowait, f"{stage}: {detail}"[:200])
+        except Exception as exc:  # progress is best effort: full, closed or no loop
+            _log.debug("progress dropped: %s", type(exc).__name__)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(forward)
+        try:
+            yield hook
+        finally:
+            send.close()
+            with anyio.move_on_after(PROGRESS_DRAIN_S, shield=True):
+                await drained.wait()
+            group.cancel_scope.cancel()
+
+
+def _preview_message(host: Host, plan: InvocationPlan) -> str:
+    p = plan.preview
+    lines = [
+        f"Approve a call of {p.tool}@{p.version}?",
+        f"package: {p.package}@{p.package_version} (lock generation {p.generation})",
+        f"effect: {p.effect}   risk: {p.risk}",
+        f"hosts: {', '.join(p.hosts) or '(no network)'}",
+        f"secrets: {', '.join(p.secrets) or '-'}",
+        f"action digest: {p.action_digest}",
+        f"input: {_input_summary(host, plan)}",
+    ]
+    return "\n".join(lines)
+
+
+def _input_summary(host: Host, plan: InvocationPlan) -> str:
+    tool = host.registry.get(plan.tool, plan.version)
+    shown = canonical_json(redact_params(plan.request.input, tool.sensitive_params)).decode("utf-8")
+    if len(shown) > MAX_SUMMARY_CHARS:
+        shown = shown[: MAX_SUMMARY_CHARS - 13] + "…[truncated]"
+    return shown
+
+
+def _call_result(result: CallResult) -> types.CallToolResult:
+    meta = {META_KEY: {"code": None, "action_digest": result.action_digest, "audit_id": result.audit_id}}
+    if result.error is not None:
+        error = result.error
+        meta[META_KEY]["code"] = error.code
+        text = f"{error.code}: {error.message}" + (f"\nwhat to do: {error.hint}" if error.hint else "")
+        return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True, _meta=meta)
+    body = json.dumps(result.output, ensure_ascii=False, separators=(",", ":"))
+    structured = result.output if isinstance(result.output, dict) else None
+    return types.CallToolResult(
+        content=[types.TextContent(text=body)], structured_content=structured, _meta=meta
+    )
+
+
+def _error_result(exc: StockadeError, *, digest: str | None = None) -> types.CallToolResult:
+    info = ErrorInfo(code=exc.code, message=exc.message, hint=exc.hint)
+    return _call_result(CallResult(ok=False, action_digest=digest, error=info))

@@ -1,0 +1,193 @@
+"""``stockade serve``: serve the lock's tools to MCP clients (stdio or Streamable HTTP).
+
+Every tool call goes through the same Host pipeline as ``stockade call``: policy before
+input, approval, rate limit, secrets pre-flight, audit, sandbox, output checks.
+
+stdio (the default) serves one principal, ``--project``/``--subject`` (or
+``STOCKADE_PROJECT``/``STOCKADE_SUBJECT``). stdout carries only MCP; logs go to stderr;
+EOF on stdin ends the server. A client config entry:
+
+  {"mcpServers": {"stockade": {"command": "stockade",
+     "args": ["serve", "--lock", "/path/stockade.lock", "--project", "p", "--subject", "me"]}}}
+
+HTTP (``--transport http``) serves ``/mcp`` on ``--host``/``--port`` (port 0 picks one;
+the URL is printed on stderr). With ``--tokens FILE`` every request needs a bearer token
+(``stockade tokens add``) that maps to its principal; without tokens it serves the fixed
+principal, and only on a loopback address. OAuth 2.1 resource-server mode instead
+(``--oauth-issuer URL --oauth-audience AUD --oauth-jwks FILE``) accepts JWT access tokens
+signed by a key of the (local, pinned) JWKS file, with that exact issuer and audience;
+``sub`` is the subject, the ``stockade_project`` claim (or ``--project``) the project.
+
+Approvals: clients that support elicitation show the approval preview and ask the
+person; others get APPROVAL_REQUIRED and the action is queued for
+``stockade approvals approve DIGEST``. SIGHUP, or a change of the lock file, reloads the
+lock (every check runs again; a refused lock keeps the old generation).
+
+Exit codes: 0 ended cleanly, 1 the host could not open, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from host import FilePolicyEngine, Host, HostConfig, Principal
+from host.audit import AuditLog
+from sdk.commands._common import (
+    EXIT_OK,
+    UsageFailed,
+    add_host_options,
+    open_secrets,
+    state_dir,
+)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def register(sub: Any) -> None:
+    """Add the ``serve`` subcommand."""
+    parser = sub.add_parser(
+        "serve",
+        help="serve the lock's tools to MCP clients (stdio or HTTP)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_host_options(parser)
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP port (default: 8765; 0: any free port)")
+    parser.add_argument("--project", default=None, help="the principal's project (or $STOCKADE_PROJECT)")
+    parser.add_argument("--subject", default=None, help="the principal's subject (or $STOCKADE_SUBJECT)")
+    parser.add_argument(
+        "--tokens", type=Path, default=None, metavar="FILE",
+        help="HTTP bearer tokens file (stockade.tokens/1; `stockade tokens add`)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--oauth-issuer", default=None, metavar="URL", help="OAuth: the exact token issuer (iss)"
+    )
+    parser.add_argument(
+        "--oauth-audience", default=None, metavar="AUD", help="OAuth: the audience tokens must name (aud)"
+    )
+    parser.add_argument(
+        "--oauth-jwks", type=Path, default=None, metavar="FILE", help="OAuth: the issuer's public keys (JWKS)"
+    )
+    parser.add_argument(
+        "--allow-origin", action="append", default=[], metavar="ORIGIN",
+        help="an extra Origin accepted over HTTP (repeatable; loopback origins are always accepted)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-concurrency", type=_positive, default=max(2, (os.cpu_count() or 1) * 2), metavar="N",
+        help="calls run at once; one more is refused with BUSY (default: CPU count x 2)",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def _principal(args: argparse.Namespace) -> Principal | None:
+    project = args.project or os.environ.get("STOCKADE_PROJECT")
+    subject = args.subject or os.environ.get("STOCKADE_SUBJECT")
+    if project and subject:
+        return Principal(project=project, subject=subject)
+    if args.transport == "stdio" or (args.tokens is None and args.oauth_issuer is None):
+        raise UsageFailed(
+            "PRINCIPAL_REQUIRED",
+            "name the principal the server acts for",
+            hint="pass --project and --subject (or set STOCKADE_PROJECT and STOCKADE_SUBJECT)",
+        )
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Open the host and serve until the transport ends."""
+    try:
+        import anyio  # noqa: PLC0415  # the optional extra stockade[mcp] brings these
+
+        from host.mcp.server import ServeOptions, StockadeMCP  # noqa: PLC0415
+        from host.mcp.transport import check_bind, serve_http, serve_stdio  # noqa: PLC0415
+    except ImportError as exc:
+        raise UsageFailed(
+            "MCP_UNAVAILABLE",
+            f"the MCP server needs the optional extra: {exc}",
+            hint="pip install 'stockade[mcp]'",
+        ) from None
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="stockade serve: %(message)s")
+    oauth = (args.oauth_issuer, args.oauth_audience, args.oauth_jwks)
+    if any(o is not None for o in oauth) and (None in oauth or args.tokens is not None):
+        raise UsageFailed(
+            "OAUTH_OPTIONS",
+            "OAuth mode needs --oauth-issuer, --oauth-audience and --oauth-jwks, and no --tokens",
+            hint="see `stockade serve --help`",
+        )
+    principal = _principal(args)
+    verifier = _verifier(args) if args.transport == "http" else None
+    if verifier is not None:
+        principal = None  # each request's principal comes from its bearer token, never a default
+    if args.transport == "http":
+        check_bind(args.host, authenticated=verifier is not None)
+    root = state_dir(args)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    audit = AuditLog(root / "audit.log")
+    try:
+        app = StockadeMCP(
+            lambda: _open(args, root, audit),
+            options=ServeOptions(state_dir=root, principal=principal, max_concurrency=args.max_concurrency),
+        )
+        try:
+            if args.transport == "stdio":
+                anyio.run(serve_stdio, app, args.lock)
+            else:
+                anyio.run(
+                    lambda: serve_http(
+                        app, args.lock, host=args.host, port=args.port, verifier=verifier,
+                        issuer=args.oauth_issuer, allowed_origins=args.allow_origin,
+                    )
+                )  # fmt: skip
+        finally:
+            app.close()
+    finally:
+        audit.close()
+    return EXIT_OK
+
+
+def _verifier(args: argparse.Namespace) -> Any:
+    """The bearer-token verifier of the HTTP transport, or ``None`` (no authentication)."""
+    from host.mcp.oauth import JwtVerifier  # noqa: PLC0415  # optional extra
+    from host.mcp.tokens import TokenFile  # noqa: PLC0415
+    from host.mcp.transport import StockadeTokenVerifier  # noqa: PLC0415
+
+    if args.tokens is not None:
+        return StockadeTokenVerifier(TokenFile(args.tokens))
+    if args.oauth_issuer is not None:
+        return JwtVerifier(
+            issuer=args.oauth_issuer,
+            audience=args.oauth_audience,
+            jwks_file=args.oauth_jwks,
+            default_project=args.project or os.environ.get("STOCKADE_PROJECT") or None,
+        )
+    return None
+
+
+def _open(args: argparse.Namespace, root: Path, audit: AuditLog) -> Host:
+    """Open (or reopen, on reload) the host; the audit log stays open across generations."""
+    return Host.open(
+        args.lock,
+        config=HostConfig(
+            state_dir=root,
+            require_signatures=bool(args.require_signatures),
+            trusted_keys_file=args.trusted_keys,
+        ),
+        secrets=open_secrets(root),
+        policy=FilePolicyEngine(root / "policy.json"),
+        audit=audit,
+    )
