@@ -312,6 +312,16 @@ def test_host_with_operator_keys_refuses_unsigned_lock(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
 
 
+def test_serve_with_operator_keys_refuses_unsigned_lock(tmp_path: Path) -> None:
+    from tests.support.cli import echo_workspace  # noqa: PLC0415 - only this test needs a host
+
+    ws = echo_workspace(tmp_path)
+    _keygen(tmp_path, keys="operator-keys.json")
+    proc = ws.run("serve", *ws.host_args, "--trusted-operator-keys", "operator-keys.json",
+                  "--project", "p", "--subject", "alice")  # stdio transport; stdin is /dev/null
+    assert proc.returncode == 1 and "error: SIGNATURE_INVALID" in proc.stderr
+
+
 # --- component checks at lock time (issue 9 "Also") -----------------------------------------
 
 
