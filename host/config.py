@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -62,6 +63,9 @@ class HostConfig:
         ceilings: host-wide resource ceilings.
         require_signatures: refuse any locked package without a valid signature.
         trusted_keys_file: JSON file of trusted Ed25519 public keys (see host.lock).
+        trusted_operator_keys_file: JSON file (same format) of the operator keys trusted
+            to sign whole locks. When set, every lock must carry a valid lock signature
+            by one of them (SIGNATURE_INVALID otherwise); see host.lock.
         admin_policy_dir: directory of the administrator's managed policy cap; if it is
             named but unreadable, every tool is disabled (fail closed).
         extra_ca_file: PEM bundle added to the system trust store for egress TLS.
@@ -83,6 +87,7 @@ class HostConfig:
     ceilings: Ceilings = field(default=DEFAULT_CEILINGS)
     require_signatures: bool = False
     trusted_keys_file: Path | None = None
+    trusted_operator_keys_file: Path | None = None
     admin_policy_dir: Path | None = None
     extra_ca_file: Path | None = None
     unsafe_allow_loopback: bool = False
@@ -100,6 +105,8 @@ class HostConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"HostConfig.{name} must be positive, got {value!r}")
+            if not math.isfinite(value):  # issue 9.9: no infinite (never) or NaN times
+                raise ValueError(f"HostConfig.{name} must be finite, got {value!r}")
         if self.unsafe_allow_loopback:
             _log.warning(
                 "unsafe_allow_loopback is on: plugins may reach 127.0.0.0/8 and ::1. "

@@ -32,7 +32,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ManifestInvalid           MANIFEST_INVALID        the package manifest is invalid
     ├── ComponentRefused          COMPONENT_REFUSED       the module is not an acceptable component
     ├── LockInvalid               LOCK_INVALID            the lock file is malformed
-    │   ├── LockRollback          LOCK_ROLLBACK           older generation, or a fork of the accepted one
+    │   ├── LockRollback          LOCK_ROLLBACK           rollback, fork, generation jump, package downgrade
     │   ├── DigestMismatch        DIGEST_MISMATCH         a file does not match its pinned sha256
     │   ├── SignatureInvalid      SIGNATURE_INVALID       signature missing, unknown key or bad signature
     │   └── BundleMissing         BUNDLE_MISSING          a locked registry bundle is not in the local store
@@ -336,7 +336,8 @@ class LockInvalid(StockadeError):
 
 
 class LockRollback(LockInvalid):
-    """The lock's generation is older than, or forks, the generation already accepted."""
+    """The lock is older than, forks or jumps too far ahead of the accepted generation, or
+    downgrades a package below its highest accepted version (``details["reason"]``)."""
 
     code = "LOCK_ROLLBACK"
     default_hint = (

@@ -213,8 +213,9 @@ class Host:
                 the pinned TLS transport). The author harness passes scripted responses
                 here; every policy, credential and redaction step still runs.
             progress: receives compile progress events.
-            unsafe_accept_rollback: accept an older or forked lock generation; logged,
-                recorded in the state file and in the audit log.
+            unsafe_accept_rollback: accept an older, forked or too far ahead lock
+                generation, or a package downgrade; logged, recorded in the state file and
+                in the audit log (``overridden`` names what was overridden).
 
         Raises:
             LockInvalid, LockRollback, DigestMismatch, SignatureInvalid: the lock.
@@ -239,14 +240,17 @@ class Host:
                 packages[locked.binding.package] = _Package(component, allow)
             registry = FrozenRegistry.from_packages((p.manifest, p.binding) for p in loaded.packages)
             check_model_names(registry)  # no tool may vanish behind another's model-facing name
-            LockState(config.state_dir).accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
+            state = LockState(config.state_dir)
+            overridden = state.accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
             log.append(
                 "lock.accepted",
                 {
                     "generation": loaded.generation,
                     "digest": loaded.digest,
                     "packages": [f"{p.binding.package}@{p.binding.version}" for p in loaded.packages],
+                    "lock_key_id": loaded.lock_key_id,
                     "unsafe_accept_rollback": unsafe_accept_rollback,
+                    "overridden": list(overridden),
                     "unsafe_allow_loopback": config.unsafe_allow_loopback,
                 },
             )

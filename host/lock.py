@@ -1,11 +1,12 @@
-"""The package lock, its signatures and the accepted-generation state (DESIGN §4).
+"""The package lock, its signatures and the accepted-generation state (DESIGN §4, §12).
 
 ``stockade.lock`` (JSON, format ``stockade.lock/1``) lists the packages a host trusts::
 
     {"format": "stockade.lock/1", "generation": 2, "previous": "<sha256 of generation 1>",
      "packages": [{"name": "tracker", "version": "1.2.0", "bundle": "bundles/tracker",
                    "manifest_sha256": "<hex>", "module_sha256": "<hex>",
-                   "signature": "<base64 Ed25519>", "key_id": "<16 hex>"}]}
+                   "signature": "<base64 Ed25519>", "key_id": "<16 hex>"}],
+     "signature": {"key_id": "<16 hex>", "signature": "<base64 Ed25519>"}}
 
 An entry pulled from an OCI registry also has an optional ``source`` (format
 ``stockade.source.oci/1``, see :mod:`host.bundlestore`); its ``bundle`` must then be the
@@ -14,9 +15,17 @@ serialized without the key, so locks written before sources existed keep their d
 
 Definitions (stable; reviewers and tools rely on them):
 
-- **Lock digest**: ``sha256(canonical_json(lock))`` (RFC 8785), so whitespace and key
-  order never change it. ``previous`` is the digest of the previous generation; it is
-  ``null`` exactly when ``generation`` is 1.
+- **Lock body**: the lock without its top-level ``signature`` member.
+- **Lock digest**: ``sha256(canonical_json(body))`` (RFC 8785), so whitespace, key
+  order and the lock signature never change it (signing a lock does not make it another
+  lock). ``previous`` is the digest of the previous generation; it is ``null`` exactly
+  when ``generation`` is 1.
+- **Lock signature** (optional, top-level ``signature``): an operator key's Ed25519
+  signature over :func:`host.signing.lock_statement` of the body (domain tag
+  ``stockade/lock@1``), so ``generation``, ``previous`` and every entry are signed.
+  Required when the host trusts operator keys (``HostConfig.trusted_operator_keys_file``);
+  not checked otherwise (such a host accepts unsigned locks, so a signature adds nothing
+  it could act on).
 - **Bundle location**: a relative POSIX path from the lock file's directory to the bundle
   directory; absolute paths, ``..``, ``.``, empty segments and backslashes are refused,
   and the resolved directory must stay inside the lock's directory.
@@ -25,7 +34,9 @@ Definitions (stable; reviewers and tools rely on them):
 
 Verification order in :func:`load_lock` (each step fails closed):
 
-0. read the lock (at most 1 MiB), parse it strictly, compute its digest;
+0. read the lock (at most 1 MiB), parse it strictly, compute its digest; when operator
+   keys are trusted, verify the lock signature (SIGNATURE_INVALID) before reading any
+   bundle;
 1. for each package: read ``manifest.json`` and ``module.wasm`` once, as regular files
    under size caps, and compare their sha256 with the lock *before* anything parses the
    manifest or compiles the module (DIGEST_MISMATCH);
@@ -37,17 +48,8 @@ Verification order in :func:`load_lock` (each step fails closed):
 3. parse the manifest (MANIFEST_INVALID) and check it names the locked package, version
    and module digest.
 
-:class:`LockState` then moves the accepted generation forward only (STYLE §8): a lower
-generation is a rollback, the same generation with another digest or a next generation
-whose ``previous`` is not the accepted digest is a fork; both raise LOCK_ROLLBACK and
-leave the state file untouched. ``unsafe_accept_rollback=True`` overrides, logs a
-warning, and is recorded in the state file's ``overrides`` list. Two limits of what a
-host can know: the first lock a state directory sees is trusted on first use, and a
-jump of more than one generation is accepted (the generations in between were never
-seen, so only a direct successor can be checked for chaining). The state file
-``state_dir/lock-state.json`` (format ``stockade.lock-state/1``) holds ``generation``,
-``digest``, ``history`` (last 1000 accepted) and ``overrides``; it is replaced
-atomically, and a corrupt one fails closed (LOCK_INVALID), never counts as empty.
+:class:`host.lockstate.LockState` (re-exported here) then moves the accepted state
+forward only: see :mod:`host.lockstate`.
 
 Example::
 
@@ -58,15 +60,10 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import hmac
-import logging
-import os
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Final, Literal, final
+from typing import Annotated, Any, Final, Literal, final
 
 from pydantic import (
     AfterValidator,
@@ -79,19 +76,19 @@ from pydantic import (
     model_validator,
 )
 
-from host._files import atomic_write, read_regular
+from host._files import read_regular
 from host.bundlestore import OciSource, store_bundle_path
-from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
+from host.canonical import digest_json, parse_json, sha256_hex
 from host.config import HostConfig
 from host.errors import (
     BundleMissing,
     DigestMismatch,
     InputInvalid,
     LockInvalid,
-    LockRollback,
     ManifestInvalid,
     SignatureInvalid,
 )
+from host.lockstate import MAX_GENERATION_STEP, AcceptedState, LockState, semver_precedence
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest, is_name, is_semver
 from host.registry import Binding, FrozenRegistry
 from host.signing import (
@@ -100,35 +97,34 @@ from host.signing import (
     check_key_id,
     check_signature_b64,
     key_id_for,
+    lock_statement,
     statement_for,
 )
 
 __all__ = [
     "KEYS_FORMAT",
     "LOCK_FORMAT",
+    "MAX_GENERATION_STEP",
     "MAX_MODULE_BYTES",
     "AcceptedState",
     "LoadedLock",
     "LockEntry",
+    "LockSignature",
     "LockState",
     "LockedPackage",
     "PackageLock",
     "TrustedKeys",
     "key_id_for",
     "load_lock",
+    "lock_statement",
+    "semver_precedence",
     "statement_for",
 ]
 
 LOCK_FORMAT: Final = "stockade.lock/1"
-STATE_FORMAT: Final = "stockade.lock-state/1"
-STATE_FILE: Final = "lock-state.json"
 MAX_LOCK_BYTES: Final = 1024 * 1024  # bytes; 128 entries need about 64 KiB
-MAX_STATE_BYTES: Final = 4 * 1024 * 1024  # bytes; history is capped below
 MAX_MODULE_BYTES: Final = 256 * 1024 * 1024  # bytes; a componentize-py plugin is about 18 MB
-MAX_HISTORY: Final = 1000  # accepted generations remembered in the state file
 MAX_PACKAGES: Final = 128  # a registry holds at most 128 tools, so at most 128 packages
-
-_log = logging.getLogger("stockade.lock")
 
 
 # --- formats -------------------------------------------------------------------------
@@ -199,6 +195,13 @@ class LockEntry(_Model):
         return data
 
 
+class LockSignature(_Model):
+    """An operator's signature over the lock body (tag ``stockade/lock@1``)."""
+
+    key_id: KeyId
+    signature: Annotated[str, AfterValidator(check_signature_b64)]
+
+
 class PackageLock(_Model):
     """The lock file, format ``stockade.lock/1``. Build with :meth:`from_json`."""
 
@@ -206,6 +209,7 @@ class PackageLock(_Model):
     generation: Annotated[int, Field(ge=1, le=2**53 - 1)]
     previous: Sha256Hex | None
     packages: Annotated[tuple[LockEntry, ...], Field(max_length=MAX_PACKAGES)]
+    signature: LockSignature | None = None
 
     @model_validator(mode="after")
     def _check_chain_and_names(self) -> PackageLock:
@@ -246,9 +250,17 @@ class PackageLock(_Model):
                 f"lock is invalid: {first['loc'] or '(document)'}: {first['msg']}", problems=problems
             ) from None
 
+    def body(self) -> dict[str, Any]:
+        """The lock without its ``signature``: what the digest and a lock signature cover."""
+        return self.model_dump(mode="json", exclude={"signature"})
+
     def digest(self) -> str:
-        """``sha256(canonical_json(lock))``: the value the next generation's ``previous`` names."""
-        return digest_json(self.model_dump(mode="json"))
+        """``sha256(canonical_json(body))``: the value the next generation's ``previous`` names."""
+        return digest_json(self.body())
+
+    def statement(self) -> bytes:
+        """The bytes a lock signature covers (:func:`host.signing.lock_statement` of the body)."""
+        return lock_statement(self.body())
 
 
 def _problems(exc: ValidationError) -> list[dict[str, str]]:
@@ -292,6 +304,11 @@ class LoadedLock:
     def previous(self) -> str | None:
         """The digest of the previous generation, ``None`` for generation 1."""
         return self.lock.previous
+
+    @property
+    def lock_key_id(self) -> str | None:
+        """The key id of the lock signature, ``None`` when the lock is unsigned."""
+        return self.lock.signature.key_id if self.lock.signature is not None else None
 
     def registry(self) -> FrozenRegistry:
         """Build the frozen registry of every tool of every package.
@@ -393,20 +410,43 @@ def _load_package(
     return LockedPackage(manifest=manifest, module_bytes=module_bytes, binding=binding, bundle_dir=bundle_dir)
 
 
-def load_lock(path: Path, *, config: HostConfig, trusted_keys: TrustedKeys | None) -> LoadedLock:
+def _verify_lock_signature(lock: PackageLock, operator_keys: TrustedKeys | None) -> None:
+    """Step 0: with operator keys trusted, the whole lock body must carry their signature."""
+    if operator_keys is None:
+        return
+    signature = lock.signature
+    operator_keys.verify_lock(
+        lock.body(),
+        signature=signature.signature if signature is not None else None,
+        key_id=signature.key_id if signature is not None else None,
+    )
+
+
+def load_lock(
+    path: Path,
+    *,
+    config: HostConfig,
+    trusted_keys: TrustedKeys | None,
+    operator_keys: TrustedKeys | None = None,
+) -> LoadedLock:
     """Read a lock and verify every package it names (see the module docstring for order).
 
     Args:
         path: the lock file.
-        config: host configuration (ceilings, ``require_signatures``, ``trusted_keys_file``).
-        trusted_keys: the trusted keys; ``None`` loads ``config.trusted_keys_file`` when
-            set, otherwise no key is trusted (every signed package is then refused).
+        config: host configuration (ceilings, ``require_signatures``, ``trusted_keys_file``,
+            ``trusted_operator_keys_file``).
+        trusted_keys: the trusted package keys; ``None`` loads ``config.trusted_keys_file``
+            when set, otherwise no key is trusted (every signed package is then refused).
+        operator_keys: the trusted operator keys; ``None`` loads
+            ``config.trusted_operator_keys_file`` when set. When either is given, the lock
+            must carry a valid lock signature by one of them.
 
     Raises:
         LockInvalid: unreadable or malformed lock or bundle, or a lock entry naming
             another package than its manifest.
         DigestMismatch: a bundle file does not match its pinned sha256.
-        SignatureInvalid: a signature is missing where required, by an untrusted key, or bad.
+        SignatureInvalid: a package or lock signature is missing where required, by an
+            untrusted key, or bad.
         ManifestInvalid: a (digest-verified) manifest is invalid.
         BundleMissing: an entry with a registry ``source`` whose store directory is absent.
 
@@ -415,189 +455,13 @@ def load_lock(path: Path, *, config: HostConfig, trusted_keys: TrustedKeys | Non
     """
     path = Path(path)
     lock = PackageLock.from_json(_read(path, MAX_LOCK_BYTES, "lock file"))
+    operators = operator_keys
+    if operators is None and config.trusted_operator_keys_file is not None:
+        operators = TrustedKeys.load(config.trusted_operator_keys_file)
+    _verify_lock_signature(lock, operators)
     keys = trusted_keys
     if keys is None and config.trusted_keys_file is not None:
         keys = TrustedKeys.load(config.trusted_keys_file)
     lock_dir = path.parent
     packages = tuple(_load_package(e, lock_dir, lock.generation, config, keys) for e in lock.packages)
     return LoadedLock(path=path, lock=lock, digest=lock.digest(), packages=packages)
-
-
-# --- accepted state ------------------------------------------------------------------
-
-
-class _HistoryItem(_Model):
-    generation: Annotated[int, Field(ge=1)]
-    digest: Sha256Hex
-    accepted_at: str
-
-
-class _Override(_Model):
-    at: str
-    reason: Literal["rollback", "fork"]
-    old_generation: Annotated[int, Field(ge=1)]
-    old_digest: Sha256Hex
-    new_generation: Annotated[int, Field(ge=1)]
-    new_digest: Sha256Hex
-
-
-class AcceptedState(_Model):
-    """The state file: the highest accepted generation, its digest, history and overrides."""
-
-    format: Literal["stockade.lock-state/1"]
-    generation: Annotated[int, Field(ge=1)]
-    digest: Sha256Hex
-    history: tuple[_HistoryItem, ...]
-    overrides: tuple[_Override, ...] = ()
-
-
-def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-@final
-class LockState:
-    """The accepted lock generation of one host, kept in ``state_dir/lock-state.json``.
-
-    Args:
-        state_dir: the host's state directory (created with mode 0700 if missing).
-        now: clock for timestamps in the state file (injectable for tests).
-    """
-
-    __slots__ = ("_now", "_path", "_state_dir")
-
-    def __init__(self, state_dir: Path, *, now: Callable[[], datetime] = _utc_now) -> None:
-        self._state_dir = Path(state_dir)
-        self._path = self._state_dir / STATE_FILE
-        self._now = now
-
-    @property
-    def path(self) -> Path:
-        """The state file."""
-        return self._path
-
-    def current(self) -> AcceptedState | None:
-        """The accepted state, or ``None`` if no lock was ever accepted here.
-
-        Raises:
-            LockInvalid: the state file exists but is unreadable or corrupt (fail closed:
-                a corrupt state is never treated as empty).
-        """
-        try:
-            data = _read(self._path, MAX_STATE_BYTES, "lock state file")
-        except LockInvalid:
-            if not os.path.lexists(self._path):
-                return None
-            raise
-        try:
-            parse_json(data, max_bytes=MAX_STATE_BYTES)
-            return AcceptedState.model_validate_json(data, strict=True)
-        except (InputInvalid, ValidationError):
-            raise LockInvalid(
-                f"lock state file {str(self._path)!r} is corrupt; refusing to guess the accepted generation",
-                hint="Restore the state file from a backup; deleting it re-trusts any lock on first use.",
-            ) from None
-
-    def check(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> None:
-        """Raise if :meth:`accept` would refuse ``lock``; never writes.
-
-        Raises:
-            LockRollback: lower generation, or a fork of the accepted one.
-            LockInvalid: the state file is corrupt.
-        """
-        self._judge(self.current(), lock, unsafe_accept_rollback=unsafe_accept_rollback)
-
-    def accept(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> None:
-        """Accept a verified lock and persist its generation atomically.
-
-        Args:
-            lock: a lock returned by :func:`load_lock` (fully verified).
-            unsafe_accept_rollback: accept a rollback or fork anyway. Logs a warning and
-                is recorded in the state file's ``overrides``. Operators only.
-
-        Raises:
-            LockRollback: ``lock.generation`` is lower than the accepted one, or equal with
-                another digest, or the next one with a ``previous`` that is not the
-                accepted digest (all forks). The state file is left untouched.
-            LockInvalid: the state file is corrupt or cannot be written.
-        """
-        self._state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with self._exclusive():
-            current = self.current()
-            reason = self._judge(current, lock, unsafe_accept_rollback=unsafe_accept_rollback)
-            if current is not None and reason is None and current.digest == lock.digest:
-                return  # the same lock again: nothing to record
-            self._write(self._next_state(current, lock, reason))
-
-    def _judge(
-        self, current: AcceptedState | None, lock: LoadedLock, *, unsafe_accept_rollback: bool
-    ) -> Literal["rollback", "fork"] | None:
-        """Return ``None`` when acceptable, the overridden reason, or raise LockRollback."""
-        if current is None:
-            return None  # first use: nothing to compare against
-        reason: Literal["rollback", "fork"] | None = None
-        offered, accepted = lock.generation, current.generation
-        detail = ""
-        if offered < accepted:
-            reason, detail = "rollback", f"generation {offered} is older than accepted {accepted}"
-        elif offered == accepted and lock.digest != current.digest:
-            reason, detail = "fork", f"generation {offered} differs from the accepted lock of that generation"
-        elif offered == accepted + 1 and lock.previous != current.digest:
-            reason, detail = "fork", f"generation {offered} does not chain to accepted generation {accepted}"
-        if reason is None:
-            return None
-        if not unsafe_accept_rollback:
-            raise LockRollback(
-                f"lock {reason} refused: {detail}",
-                reason=reason,
-                accepted_generation=current.generation,
-                accepted_digest=current.digest,
-                offered_generation=lock.generation,
-                offered_digest=lock.digest,
-            )
-        _log.warning(
-            "unsafe_accept_rollback: accepting lock %s (generation %d, %s) over accepted "
-            "generation %d (%s); this is recorded in %s",
-            reason, lock.generation, lock.digest, current.generation, current.digest, self._path,
-        )
-        return reason
-
-    def _next_state(
-        self, current: AcceptedState | None, lock: LoadedLock, reason: Literal["rollback", "fork"] | None
-    ) -> AcceptedState:
-        at = self._now().astimezone(timezone.utc).isoformat()
-        history = (*(current.history if current else ()), _HistoryItem(
-            generation=lock.generation, digest=lock.digest, accepted_at=at
-        ))[-MAX_HISTORY:]
-        overrides = current.overrides if current else ()
-        if reason is not None and current is not None:
-            overrides = (*overrides, _Override(
-                at=at, reason=reason,
-                old_generation=current.generation, old_digest=current.digest,
-                new_generation=lock.generation, new_digest=lock.digest,
-            ))
-        return AcceptedState(
-            format=STATE_FORMAT, generation=lock.generation, digest=lock.digest,
-            history=history, overrides=overrides,
-        )
-
-    @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        """Serialize accept() between processes sharing the state directory."""
-        try:
-            import fcntl  # noqa: PLC0415 - POSIX only; elsewhere accept() is single-process
-        except ImportError:  # pragma: no cover
-            yield
-            return
-        fd = os.open(self._state_dir / ".lock-state.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    def _write(self, state: AcceptedState) -> None:
-        try:
-            atomic_write(self._path, canonical_json(state.model_dump(mode="json")))
-        except OSError as exc:
-            raise LockInvalid(f"cannot write the lock state file: {exc.strerror}") from exc

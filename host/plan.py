@@ -34,6 +34,7 @@ import functools
 import hashlib
 import hmac
 import json
+import math
 import re
 import secrets as _random
 import threading
@@ -85,13 +86,14 @@ class Principal(BaseModel):
         project: the project (scope of policy and secrets).
         subject: the stable subject id (a person or an agent).
         expires_at: unix time after which the principal is refused; ``None`` = no expiry.
+            Must be finite: NaN and infinities are refused (issue 9.9: NaN never expired).
     """
 
     model_config = _STRICT
 
     project: str = Field(min_length=1, max_length=128)
     subject: str = Field(min_length=1, max_length=256)
-    expires_at: float | None = None
+    expires_at: float | None = Field(default=None, allow_inf_nan=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -108,7 +110,7 @@ class Approval(BaseModel):
     project: str
     subject: str
     session: str
-    expires_at: float
+    expires_at: float = Field(allow_inf_nan=False)
     nonce: str = Field(pattern=r"^[0-9a-f]{32}$")
     mac: str = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -409,7 +411,8 @@ def prepare(
         tool_policy: the layered tool policy store.
         grants: session grants of this host.
         max_input_bytes: canonical input budget (DESIGN §5: 64 KiB).
-        now: reference time for expiry checks (defaults to ``time.time()``).
+        now: reference time for expiry checks (defaults to ``time.time()``); must be finite
+            (ValueError otherwise).
         validate_input: the schema validator (a seam for tests that spy on it).
 
     Raises:
@@ -420,9 +423,9 @@ def prepare(
         InputInvalid: the input fails the tool's schema (only after policy allowed it).
     """
     req = _validate_envelope(request)
-    reference = time.time() if now is None else now
+    reference = _reference_time(now)
     expires = req.principal.expires_at
-    if expires is not None and expires <= reference:
+    if expires is not None and not expires > reference:  # written so that NaN counts as expired
         raise RequestInvalid("the principal has expired; authenticate again")
     tool = registry.get(req.tool, req.version)
     engine_effect, fence = _authorize(engine, req.principal, tool)
@@ -458,6 +461,25 @@ def prepare(
     )
 
 
+def _reference_time(now: float | None) -> float:
+    """The one reference time of a check: ``time.time()`` or an injected, finite ``now``.
+
+    Raises:
+        ValueError: ``now`` is NaN, infinite or not a number (a NaN reference time would
+            make every expiry comparison false, so nothing would ever expire).
+    """
+    if now is None:
+        return time.time()
+    if not _is_finite(now):
+        raise ValueError("now must be a finite unix time")
+    return float(now)
+
+
+def _is_finite(value: object) -> bool:
+    """A real number (not a bool) that is neither NaN nor infinite."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 class ApprovalAuthority:
     """Issues and redeems single-use approvals bound to one action.
 
@@ -474,10 +496,14 @@ class ApprovalAuthority:
         self._used: dict[str, float] = {}
 
     def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
-        """Approve ``plan`` for its principal and session, for ``ttl_s`` seconds."""
-        if ttl_s <= 0:
-            raise ValueError("ttl_s must be positive")
-        reference = time.time() if now is None else now
+        """Approve ``plan`` for its principal and session, for ``ttl_s`` seconds.
+
+        Raises:
+            ValueError: ``ttl_s`` is not a positive, finite number, or ``now`` is not finite.
+        """
+        if not _is_finite(ttl_s) or ttl_s <= 0:
+            raise ValueError("ttl_s must be a positive, finite number of seconds")
+        reference = _reference_time(now)
         principal = plan.request.principal
         fields = {
             "action_digest": plan.action_digest,
@@ -495,8 +521,9 @@ class ApprovalAuthority:
         Raises:
             ApprovalInvalid: forged, for another action, principal or session, expired,
                 or already used. One opaque error for every case.
+            ValueError: ``now`` is not finite (caller misuse).
         """
-        reference = time.time() if now is None else now
+        reference = _reference_time(now)
         principal = plan.request.principal
         fields = approval.model_dump(exclude={"mac"})
         ok = hmac.compare_digest(self._mac(fields), approval.mac)

@@ -1,11 +1,22 @@
-"""Package signatures and trusted keys (DESIGN §4). Re-exported by :mod:`host.lock`.
+"""Signed statements and trusted keys (DESIGN §4, §12). Re-exported by :mod:`host.lock`.
 
 Definitions (stable; authors' tools and reviewers rely on them):
 
-- **Signed statement**: :func:`statement_for` — RFC 8785 canonical JSON of
-  ``{"package", "version", "manifest_sha256", "module_sha256"}``. The signature is
-  Ed25519 over exactly those bytes, written as canonical base64 (standard alphabet,
-  padded) of the 64 signature bytes.
+- **Signed statement**: :func:`signed_statement` — RFC 8785 canonical JSON of an object
+  whose ``"statement"`` member is a *domain tag* naming what is signed, plus the signed
+  fields. A signature is Ed25519 over exactly those bytes, written as canonical base64
+  (standard alphabet, padded) of the 64 signature bytes. The tags (DESIGN §12):
+
+  - ``"stockade/package@1"`` (:func:`statement_for`): ``{"statement", "package",
+    "version", "manifest_sha256", "module_sha256"}``, made by a package signer;
+  - ``"stockade/lock@1"`` (:func:`lock_statement`): the whole lock body
+    (``format``, ``generation``, ``previous``, ``packages``) plus ``"statement"``,
+    made by an operator key;
+  - ``"stockade/audit-checkpoint@1"``: audit checkpoints (:mod:`host.audit`, signed by
+    the host's audit key).
+
+  Because the tag is inside the signed bytes, a signature made for one purpose never
+  verifies as another (issue 9.5 d), even when one key is trusted for both.
 - **Key id**: the first 16 hex characters of sha256 of the raw 32-byte public key
   (:func:`key_id_for`). The trusted keys file must state it, and it must match.
 - **Trusted keys file** (format ``stockade.keys/1``)::
@@ -27,7 +38,7 @@ import binascii
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Final, Literal, final
+from typing import Annotated, Any, Final, Literal, final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -39,10 +50,16 @@ from host.errors import InputInvalid, LockInvalid, SignatureInvalid
 
 __all__ = [
     "KEYS_FORMAT",
+    "STATEMENT_AUDIT_CHECKPOINT",
+    "STATEMENT_LOCK",
+    "STATEMENT_PACKAGE",
+    "STATEMENT_TAGS",
     "TrustedKeys",
     "check_key_id",
     "check_signature_b64",
     "key_id_for",
+    "lock_statement",
+    "signed_statement",
     "statement_for",
 ]
 
@@ -50,9 +67,35 @@ KEYS_FORMAT: Final = "stockade.keys/1"
 MAX_KEYS_BYTES: Final = 1024 * 1024  # bytes
 MAX_KEYS: Final = 256  # trusted keys in one file
 
+STATEMENT_PACKAGE: Final = "stockade/package@1"
+STATEMENT_LOCK: Final = "stockade/lock@1"
+STATEMENT_AUDIT_CHECKPOINT: Final = "stockade/audit-checkpoint@1"
+STATEMENT_TAGS: Final = frozenset({STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT})
+"""Every domain tag a Stockade signature may carry (DESIGN §12); others are refused."""
+
+
+def signed_statement(tag: str, fields: Mapping[str, Any]) -> bytes:
+    """The exact bytes a signature with domain tag ``tag`` covers.
+
+    Args:
+        tag: one of :data:`STATEMENT_TAGS`.
+        fields: the signed fields (JSON data); may not hold ``"statement"``.
+
+    Raises:
+        ValueError: unknown tag, or ``fields`` already names a statement (caller misuse).
+
+    Returns:
+        RFC 8785 canonical JSON of ``{"statement": tag, **fields}``.
+    """
+    if tag not in STATEMENT_TAGS:
+        raise ValueError(f"unknown statement tag {tag!r}")
+    if "statement" in fields:
+        raise ValueError("signed fields may not hold their own 'statement' member")
+    return canonical_json({"statement": tag, **fields})
+
 
 def statement_for(package: str, version: str, manifest_sha256: str, module_sha256: str) -> bytes:
-    """The exact bytes a package signature covers.
+    """The exact bytes a package signature covers (tag ``stockade/package@1``).
 
     Args:
         package: package name.
@@ -61,16 +104,35 @@ def statement_for(package: str, version: str, manifest_sha256: str, module_sha25
         module_sha256: sha256 hex of the bundle's ``module.wasm`` bytes.
 
     Returns:
-        RFC 8785 canonical JSON of the four fields.
+        RFC 8785 canonical JSON of the tag and the four fields.
     """
-    return canonical_json(
+    return signed_statement(
+        STATEMENT_PACKAGE,
         {
             "package": package,
             "version": version,
             "manifest_sha256": manifest_sha256,
             "module_sha256": module_sha256,
-        }
+        },
     )
+
+
+def lock_statement(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes a lock signature covers (tag ``stockade/lock@1``).
+
+    Args:
+        body: the lock document without its ``signature`` member (``format``,
+            ``generation``, ``previous``, ``packages``), as JSON data.
+
+    Raises:
+        ValueError: ``body`` holds a ``signature`` or ``statement`` member (caller misuse).
+
+    Returns:
+        RFC 8785 canonical JSON of the tag and the body.
+    """
+    if "signature" in body:
+        raise ValueError("a lock signature never covers itself: pass the body without 'signature'")
+    return signed_statement(STATEMENT_LOCK, body)
 
 
 def key_id_for(public_key: bytes) -> str:
@@ -142,7 +204,7 @@ class _KeysFile(BaseModel):
 
 @final
 class TrustedKeys:
-    """The Ed25519 public keys trusted to sign packages, by key id.
+    """A set of trusted Ed25519 public keys, by key id (package signers or operators).
 
     Args:
         keys: key id → raw 32-byte public key; every id must equal :func:`key_id_for`.
@@ -223,24 +285,49 @@ class TrustedKeys:
         Raises:
             SignatureInvalid: no signature, unknown key id, or the signature does not verify.
         """
-        who = f"{package}@{version}"
+        message = statement_for(package, version, manifest_sha256, module_sha256)
+        self._verify(message, signature, key_id, f"package {package}@{version}", package=package)
+
+    def verify_lock(self, body: Mapping[str, Any], *, signature: str | None, key_id: str | None) -> None:
+        """Verify an operator's lock signature over :func:`lock_statement` of ``body``.
+
+        Raises:
+            SignatureInvalid: no signature, unknown key id, or the signature does not verify.
+        """
+        generation = body.get("generation")
+        who = f"lock generation {generation}"
+        hint = (
+            "Sign the lock with an operator key listed in the operator keys file "
+            "(`stockade lock sign --key KEY.pem`); any edit of a signed lock needs a new signature."
+        )
+        self._verify(lock_statement(body), signature, key_id, who, hint=hint, lock_generation=generation)
+
+    def _verify(
+        self,
+        message: bytes,
+        signature: str | None,
+        key_id: str | None,
+        who: str,
+        *,
+        hint: str | None = None,
+        **details: Any,
+    ) -> None:
         if signature is None or key_id is None:
-            raise SignatureInvalid(f"package {who} is not signed", package=package)
+            raise SignatureInvalid(f"{who} is not signed", hint=hint, **details)
         key = self._keys.get(key_id)
         if key is None:
             raise SignatureInvalid(
-                f"package {who} is signed by key {key_id[:40]}, which is not a trusted key",
-                package=package,
+                f"{who} is signed by key {key_id[:40]}, which is not a trusted key",
+                hint=hint,
                 key_id=key_id[:40],
+                **details,
             )
         try:
             raw = _decode_b64(signature, 64, "signature")
-            key.verify(raw, statement_for(package, version, manifest_sha256, module_sha256))
+            key.verify(raw, message)
         except (InvalidSignature, ValueError):
             raise SignatureInvalid(
-                f"signature of package {who} does not verify with key {key_id}",
-                package=package,
-                key_id=key_id,
+                f"signature of {who} does not verify with key {key_id}", hint=hint, key_id=key_id, **details
             ) from None
 
 

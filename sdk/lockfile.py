@@ -4,34 +4,49 @@ Every edit reads the current lock strictly, builds the next generation
 (``generation + 1``, ``previous`` = the current lock's digest, see :mod:`host.lock`),
 validates it with :meth:`host.lock.PackageLock.from_json` and replaces the file
 atomically. A missing lock file is created at generation 1. A bundle is checked
-(manifest valid, module digest as pinned) before it is added, and its location is
-stored relative to the lock's directory (a bundle outside that directory is refused).
+(manifest valid, module digest as pinned, and the component judged by the host's own
+load-time checks, so a bundle ``Host.open`` would refuse is refused here with
+COMPONENT_REFUSED) before it is added, and its location is stored relative to the
+lock's directory (a bundle outside that directory is refused).
+
+An edit signs the new lock body with ``operator_key`` when given (a lock signature, tag
+``stockade/lock@1``, see :mod:`host.lock`); otherwise the new generation is unsigned.
+:func:`sign_lock` signs the current lock in place: the signature is not part of the
+body, so the generation and digest stay the same.
 
 Example::
 
-    update = add_package(Path("stockade.lock"), Path("dist/tracker-1.2.0"), private_key=pem)
-    update.generation, update.digest
+    update = add_package(Path("stockade.lock"), Path("dist/tracker-1.2.0"), private_key=pem,
+                         operator_key=pem)
+    update.generation, update.digest, update.lock_key_id
     remove_package(Path("stockade.lock"), "tracker")
+    sign_lock(Path("stockade.lock"), operator_pem)
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from host._files import atomic_write, read_regular
 from host.bundlestore import OciSource
 from host.config import DEFAULT_CEILINGS, Ceilings
-from host.errors import LockInvalid
-from host.lock import LOCK_FORMAT, LockEntry, PackageLock
-from sdk.bundle import read_bundle, sign_package
+from host.errors import ComponentRefused, LockInvalid
+from host.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for, lock_statement
+from sdk.bundle import Bundle, load_private_key, read_bundle, sign_package
+from sdk.review import component_report
 
-__all__ = ["LockUpdate", "add_package", "read_lock", "remove_package"]
+__all__ = ["LockUpdate", "add_package", "check_bundle_component", "read_lock", "remove_package", "sign_lock"]
+
+_Key = bytes | Ed25519PrivateKey
 
 _MAX_LOCK_BYTES = 1024 * 1024  # bytes, as host.lock
 
@@ -47,6 +62,8 @@ class LockUpdate:
         previous: the digest of the lock it replaced (``None`` when it was created).
         entry: the entry added or replaced (``None`` for a removal).
         replaced: the entry that was there before under the same name, if any.
+        lock_key_id: the key id of the new lock signature (``None``: unsigned).
+        was_signed: whether the lock it replaced carried a lock signature.
     """
 
     path: Path
@@ -55,6 +72,8 @@ class LockUpdate:
     previous: str | None
     entry: LockEntry | None
     replaced: LockEntry | None
+    lock_key_id: str | None = None
+    was_signed: bool = False
 
 
 def read_lock(path: Path) -> PackageLock | None:
@@ -81,44 +100,92 @@ def _relative_bundle(lock_path: Path, bundle_dir: Path) -> str:
     return relative.as_posix()
 
 
+def _signature_for(body: dict[str, Any], operator_key: _Key) -> dict[str, str]:
+    """The lock signature object over ``body`` (tag ``stockade/lock@1``)."""
+    key = load_private_key(operator_key)
+    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    signature = base64.b64encode(key.sign(lock_statement(body))).decode("ascii")
+    return {"key_id": key_id_for(public), "signature": signature}
+
+
+def _write(path: Path, body: dict[str, Any], operator_key: _Key | None) -> PackageLock:
+    document = dict(body)
+    if operator_key is not None:
+        # Sign the body exactly as a host will rebuild it from the parsed lock.
+        unsigned = PackageLock.from_json(json.dumps(body).encode("utf-8"))
+        document["signature"] = _signature_for(unsigned.body(), operator_key)
+    data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
+    lock = PackageLock.from_json(data)  # the file written is exactly what a host will read
+    atomic_write(path, data, mode=0o644)
+    return lock
+
+
 def _write_next(
-    path: Path, current: PackageLock | None, packages: list[LockEntry]
+    path: Path, current: PackageLock | None, packages: list[LockEntry], operator_key: _Key | None
 ) -> tuple[PackageLock, str | None]:
     previous = current.digest() if current is not None else None
-    document = {
+    body = {
         "format": LOCK_FORMAT,
         "generation": current.generation + 1 if current is not None else 1,
         "previous": previous,
         "packages": [entry.model_dump(mode="json") for entry in packages],
     }
-    data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
-    lock = PackageLock.from_json(data)  # the file written is exactly what a host will read
-    atomic_write(path, data, mode=0o644)
-    return lock, previous
+    return _write(path, body, operator_key), previous
+
+
+def _update(
+    path: Path,
+    current: PackageLock | None,
+    lock: PackageLock,
+    previous: str | None,
+    *,
+    entry: LockEntry | None = None,
+    replaced: LockEntry | None = None,
+) -> LockUpdate:
+    key_id = lock.signature.key_id if lock.signature is not None else None
+    was_signed = current is not None and current.signature is not None
+    return LockUpdate(path, lock.generation, lock.digest(), previous, entry, replaced, key_id, was_signed)
+
+
+def check_bundle_component(bundle: Bundle) -> None:
+    """Judge a bundle's component with the host's load-time checks (no copy of them).
+
+    Runs :func:`sdk.review.component_report`, which compiles the module (types only,
+    nothing is instantiated) and applies :func:`host.runtime.checks.check_component`.
+
+    Raises:
+        ComponentRefused: the host would refuse the component when the lock is opened.
+    """
+    refusal = component_report(bundle.module_bytes)["refusal"]
+    if refusal is not None:
+        name = bundle.manifest.package.name
+        raise ComponentRefused(
+            f"bundle {name}@{bundle.manifest.package.version}: {refusal['message']}",
+            package=name,
+            hint="Build the plugin for the stockade:plugin world (`stockade build`); "
+            "`stockade inspect BUNDLE_DIR` lists its imports and exports.",
+        )
 
 
 def _entry_for(
     lock_path: Path,
     bundle_dir: Path,
-    private_key: bytes | Ed25519PrivateKey | None,
+    private_key: _Key | None,
     ceilings: Ceilings,
     *,
     source: OciSource | None = None,
     signed: tuple[str, str] | None = None,
 ) -> LockEntry:
-    """Check a bundle and make its (optionally signed) lock entry."""
+    """Check a bundle (cheap checks first, then its component) and make its lock entry."""
     bundle = read_bundle(bundle_dir, ceilings=ceilings)
+    relative = _relative_bundle(lock_path, bundle_dir)
     name, version = bundle.manifest.package.name, bundle.manifest.package.version
     signature, key_id = signed if signed is not None else (None, None)
-    if private_key is not None:
-        signature, key_id = sign_package(
-            private_key, name, version, bundle.manifest_sha256, bundle.module_sha256
-        )
     try:
-        return LockEntry(
+        entry = LockEntry(
             name=name,
             version=version,
-            bundle=_relative_bundle(lock_path, bundle_dir),
+            bundle=relative,
             manifest_sha256=bundle.manifest_sha256,
             module_sha256=bundle.module_sha256,
             signature=signature,
@@ -129,13 +196,19 @@ def _entry_for(
         first = exc.errors(include_url=False, include_input=False)[0]
         message = str(first["msg"]).removeprefix("Value error, ")
         raise LockInvalid(f"cannot lock bundle {bundle_dir}: {message}") from None
+    check_bundle_component(bundle)
+    if private_key is None:
+        return entry
+    signature, key_id = sign_package(private_key, name, version, bundle.manifest_sha256, bundle.module_sha256)
+    return entry.model_copy(update={"signature": signature, "key_id": key_id})
 
 
 def add_package(
     lock_path: Path,
     bundle_dir: Path,
     *,
-    private_key: bytes | Ed25519PrivateKey | None = None,
+    private_key: _Key | None = None,
+    operator_key: _Key | None = None,
     ceilings: Ceilings = DEFAULT_CEILINGS,
     source: OciSource | None = None,
     signature: tuple[str, str] | None = None,
@@ -147,6 +220,8 @@ def add_package(
         bundle_dir: the bundle directory, inside the lock's directory.
         private_key: an Ed25519 private key (object, PEM or raw) to sign the entry; ``None``
             leaves it unsigned.
+        operator_key: an Ed25519 private key to sign the new lock body; ``None`` leaves
+            the new generation without a lock signature.
         ceilings: the ceilings the manifest must respect.
         source: where a registry bundle came from (``stockade.source.oci/1``); the bundle
             must then be the store directory of ``source.digest``.
@@ -157,7 +232,8 @@ def add_package(
         LockInvalid: the lock is invalid, the bundle is unreadable or outside the lock's
             directory, or the lock would hold too many packages.
         ManifestInvalid, DigestMismatch: the bundle fails its checks.
-        ValueError: ``private_key`` is not an Ed25519 private key.
+        ComponentRefused: the host would refuse the bundle's component.
+        ValueError: a key is not an Ed25519 private key.
 
     Returns:
         What was written.
@@ -169,28 +245,61 @@ def add_package(
     packages = list(current.packages) if current is not None else []
     replaced = next((p for p in packages if p.name == name), None)
     packages = [entry if p.name == name else p for p in packages] if replaced else [*packages, entry]
-    lock, previous = _write_next(lock_path, current, packages)
-    return LockUpdate(lock_path, lock.generation, lock.digest(), previous, entry, replaced)
+    lock, previous = _write_next(lock_path, current, packages, operator_key)
+    return _update(lock_path, current, lock, previous, entry=entry, replaced=replaced)
 
 
-def remove_package(lock_path: Path, name: str) -> LockUpdate:
-    """Remove a package from a lock as a new generation.
-
-    Raises:
-        LockInvalid: the lock is missing or invalid.
-        KeyError: no package of that name is in the lock.
-
-    Returns:
-        What was written.
-    """
-    lock_path = Path(lock_path)
+def _require(lock_path: Path) -> PackageLock:
     current = read_lock(lock_path)
     if current is None:
         raise LockInvalid(
             f"no lock file at {lock_path}", hint="create one with `stockade lock add BUNDLE_DIR`"
         )
+    return current
+
+
+def remove_package(lock_path: Path, name: str, *, operator_key: _Key | None = None) -> LockUpdate:
+    """Remove a package from a lock as a new generation.
+
+    Args:
+        lock_path: the lock file.
+        name: the package to remove.
+        operator_key: an Ed25519 private key to sign the new lock body, or ``None``.
+
+    Raises:
+        LockInvalid: the lock is missing or invalid.
+        KeyError: no package of that name is in the lock.
+        ValueError: ``operator_key`` is not an Ed25519 private key.
+
+    Returns:
+        What was written.
+    """
+    lock_path = Path(lock_path)
+    current = _require(lock_path)
     removed = next((p for p in current.packages if p.name == name), None)
     if removed is None:
         raise KeyError(name)
-    lock, previous = _write_next(lock_path, current, [p for p in current.packages if p.name != name])
-    return LockUpdate(lock_path, lock.generation, lock.digest(), previous, None, removed)
+    remaining = [p for p in current.packages if p.name != name]
+    lock, previous = _write_next(lock_path, current, remaining, operator_key)
+    return _update(lock_path, current, lock, previous, replaced=removed)
+
+
+def sign_lock(lock_path: Path, operator_key: _Key) -> LockUpdate:
+    """Sign the current lock body with an operator key, in place (same generation).
+
+    The lock signature (tag ``stockade/lock@1``) covers ``format``, ``generation``,
+    ``previous`` and every entry; it is not part of the digest, so signing neither makes
+    a new generation nor changes ``previous`` of the next one. An earlier lock signature
+    is replaced.
+
+    Raises:
+        LockInvalid: the lock is missing or invalid.
+        ValueError: ``operator_key`` is not an Ed25519 private key.
+
+    Returns:
+        What was written (``entry`` and ``replaced`` are ``None``).
+    """
+    lock_path = Path(lock_path)
+    current = _require(lock_path)
+    lock = _write(lock_path, current.body(), operator_key)
+    return _update(lock_path, current, lock, current.previous)

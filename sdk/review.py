@@ -57,8 +57,9 @@ from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
 from host.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.manifest import PackageManifest, ToolSpec
-from host.runtime.binary import check_header
+from host.runtime.binary import census, check_header
 from host.runtime.checks import check_component
+from host.runtime.engine import ENGINE_SETTINGS
 from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
 
@@ -140,6 +141,7 @@ def load_for_review(
     trusted_keys: Path | TrustedKeys | None = None,
     require_signatures: bool = False,
     ceilings: Ceilings = DEFAULT_CEILINGS,
+    operator_keys: Path | TrustedKeys | None = None,
 ) -> LoadedLock:
     """Verify a lock (digests, signatures, manifests) without touching any host state.
 
@@ -148,6 +150,8 @@ def load_for_review(
         trusted_keys: trusted keys (file or loaded); needed when a package is signed.
         require_signatures: refuse unsigned packages.
         ceilings: the ceilings the manifests must respect.
+        operator_keys: trusted operator keys (file or loaded); when given, the lock must
+            carry a valid lock signature by one of them.
 
     Raises:
         LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: as
@@ -157,9 +161,10 @@ def load_for_review(
         The verified lock.
     """
     keys = TrustedKeys.load(trusted_keys) if isinstance(trusted_keys, Path) else trusted_keys
+    operators = TrustedKeys.load(operator_keys) if isinstance(operator_keys, Path) else operator_keys
     with tempfile.TemporaryDirectory(prefix="stockade-review-") as scratch:
         config = HostConfig(state_dir=Path(scratch), ceilings=ceilings, require_signatures=require_signatures)
-        return load_lock(Path(path), config=config, trusted_keys=keys)
+        return load_lock(Path(path), config=config, trusted_keys=keys, operator_keys=operators)
 
 
 def diff_locks(
@@ -483,8 +488,14 @@ def lock_report(
 
 
 def _inspection_engine() -> wasmtime.Engine:
-    # Only types are read, never run: skip optimization to compile large plugins faster.
+    # The host's own WebAssembly feature settings, so a module the host cannot compile (for
+    # example a shared memory, with threads off) is refused here too. Fuel and epoch
+    # instrumentation never change what validates and cost compile time, so they are left
+    # off; only types are read, never run, so optimization is skipped as well.
     config = wasmtime.Config()
+    for name, value in ENGINE_SETTINGS.items():
+        if name.startswith("wasm_") or name == "shared_memory":
+            setattr(config, name, value)
     config.cranelift_opt_level = "none"
     return wasmtime.Engine(config)
 
@@ -518,6 +529,7 @@ def component_report(module: bytes) -> dict[str, Any]:
     report: dict[str, Any] = {"accepted": False, "refusal": None, "imports": [], "exports": []}
     try:
         check_header(module)
+        census(module)  # the host parses the binary's structure before compiling it, too
         engine = _inspection_engine()
         try:
             component = wc.Component(engine, module)

@@ -130,6 +130,14 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="refuse any package of the lock that is not signed by a trusted key",
     )
+    parser.add_argument(
+        "--trusted-operator-keys",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="operator keys (stockade.keys/1); when given, the whole lock must be signed by one "
+        "(`stockade lock sign`)",
+    )
 
 
 def open_secrets(root: Path) -> SecretsStore | None:
@@ -158,6 +166,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         state_dir=root,
         require_signatures=bool(args.require_signatures),
         trusted_keys_file=args.trusted_keys,
+        trusted_operator_keys_file=args.trusted_operator_keys,
     )
 
 

@@ -12,8 +12,14 @@ permissions, timeout, rate limit and schemas; and the component's imports, judge
 the host's load-time checks (listing them compiles the component: seconds for a large
 plugin; ``--no-imports`` skips it).
 
-Exit codes: 0 reported (a refused component is reported, see ``component.accepted``),
-1 verification failed, 2 usage error.
+A component the host would refuse when the lock is opened (a core module, a wrong
+``call`` signature, a ``wasi:http`` or other disallowed import) is reported, then the
+command fails with COMPONENT_REFUSED: the same check ``Host.open`` and ``stockade lock
+add`` run (``--no-imports`` skips it). With ``--json`` the report then carries
+``"ok": false`` and the ``error``.
+
+Exit codes: 0 reported and every component accepted, 1 verification failed or a
+component refused, 2 usage error.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sdk.commands._common import EXIT_OK, cell, print_json, stderr_console, stdout_console
+from host.errors import ComponentRefused
+from sdk.commands._common import EXIT_FAILED, EXIT_OK, cell, print_json, stderr_console, stdout_console
 from sdk.review import bundle_report, lock_report
 
 _LIMIT_UNITS = {
@@ -90,11 +97,28 @@ def run(args: argparse.Namespace) -> int:
                 require_signatures=args.require_signatures,
                 imports=imports,
             )
+    refused = _first_refusal(report)
     if args.json:
-        print_json(report)
-    else:
-        render(report, stdout_console())
+        print_json({**report, "ok": refused is None, **({"error": refused.to_dict()} if refused else {})})
+        return EXIT_OK if refused is None else EXIT_FAILED
+    render(report, stdout_console())
+    if refused is not None:
+        raise refused
     return EXIT_OK
+
+
+def _first_refusal(report: Mapping[str, Any]) -> ComponentRefused | None:
+    """The host's refusal of the first refused component, as the error the command fails with."""
+    for package in report["packages"]:
+        component = package["component"]
+        if component is not None and not component["accepted"]:
+            name = package["name"]
+            return ComponentRefused(
+                f"package {name}@{package['version']}: {component['refusal']['message']}",
+                package=name,
+                hint="Host.open refuses this component; rebuild it for the stockade:plugin world.",
+            )
+    return None
 
 
 def render(report: Mapping[str, Any], console: Console) -> None:

@@ -1,17 +1,27 @@
-"""``stockade lock add|remove|verify``: edit and check ``stockade.lock``.
+"""``stockade lock add|remove|sign|verify``: edit, sign and check ``stockade.lock``.
 
-``add BUNDLE_DIR`` checks the bundle and adds it (or replaces the package of the same
-name); ``remove NAME`` drops a package. Each edit writes the next generation: the
-generation grows by one and ``previous`` names the digest of the lock it replaces, so a
-host can refuse rollbacks and forks. The bundle must live under the lock's directory.
-``add oci://REF@sha256:…`` pulls a registry artifact by digest, verified as ``stockade
-pull`` does, into ``bundle-store/`` next to the lock and records its ``source``;
-``fetch`` pulls every registry package the lock names (hosts never use the network).
+``add BUNDLE_DIR`` checks the bundle (manifest, digests, and the component with the
+host's own load-time checks: COMPONENT_REFUSED for a component the host would refuse)
+and adds it (or replaces the package of the same name); ``remove NAME`` drops a package.
+Each edit writes the next generation: the generation grows by one and ``previous`` names
+the digest of the lock it replaces, so a host can refuse rollbacks and forks. The bundle
+must live under the lock's directory. ``add oci://REF@sha256:…`` pulls a registry
+artifact by digest, verified as ``stockade pull`` does, into ``bundle-store/`` next to the
+lock and records its ``source``; ``fetch`` pulls every registry package the lock names
+(hosts never use the network).
 
-``verify`` checks what a host would check before compiling anything: every digest,
-every signature (``--trusted-keys``, ``--require-signatures``) and every manifest;
-``--components`` also runs the component import/export checks, and ``--state-dir``
-compares the generation with a host's accepted state (read only). Nothing is written.
+Lock signatures: an operator key signs the whole lock body (generation, previous and
+every entry; tag ``stockade/lock@1``). A host configured with trusted operator keys
+refuses a lock without one. ``add --key`` signs the entry and the new lock with the same
+key (``--operator-key`` signs the lock with another one); ``remove --key`` signs the new
+lock; ``sign --key`` signs the current lock in place (same generation and digest). An
+edit without a key writes an unsigned generation.
+
+``verify`` checks what a host would check before compiling anything: the lock signature
+(``--trusted-operator-keys``), every digest, every package signature (``--trusted-keys``,
+``--require-signatures``) and every manifest; ``--components`` also runs the component
+import/export checks, and ``--state-dir`` compares the generation and package versions
+with a host's accepted state (read only). Nothing is written.
 
 Exit codes: 0 ok, 1 refused (the error code says why), 2 usage error.
 """
@@ -34,7 +44,7 @@ from sdk.commands._common import (
 from sdk.commands._registry import add_registry_options, add_verify_options
 from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
-from sdk.lockfile import LockUpdate, add_package, remove_package
+from sdk.lockfile import LockUpdate, add_package, remove_package, sign_lock
 from sdk.review import component_report, load_for_review
 
 
@@ -57,7 +67,20 @@ def register(sub: Any) -> None:
         "bundle", metavar="BUNDLE_DIR|oci://REF@sha256:…",
         help="bundle directory under the lock's directory, or a digest-pinned registry reference",
     )
-    add.add_argument("--key", type=Path, default=None, metavar="KEY.pem", help="sign the entry with this key")
+    add.add_argument(
+        "--key",
+        type=Path,
+        default=None,
+        metavar="KEY.pem",
+        help="sign the package entry, and the new lock body unless --operator-key is given",
+    )
+    add.add_argument(
+        "--operator-key",
+        type=Path,
+        default=None,
+        metavar="KEY.pem",
+        help="sign the new lock body (generation, previous, entries) with this operator key",
+    )
     _lock_and_json(add)
     add_verify_options(add)
     add_registry_options(add)
@@ -78,8 +101,24 @@ def register(sub: Any) -> None:
         description="Remove package NAME from the lock as a new generation.",
     )
     remove.add_argument("name", metavar="NAME", help="package name")
+    remove.add_argument(
+        "--key", type=Path, default=None, metavar="KEY.pem", help="sign the new lock body with this key"
+    )
     _lock_and_json(remove)
     remove.set_defaults(func=run_remove)
+    sign = inner.add_parser(
+        "sign",
+        help="sign the whole lock with an operator key (same generation)",
+        description="Sign the lock body (format, generation, previous, every entry; statement "
+        "tag stockade/lock@1) with an Ed25519 operator key from `stockade keygen`, in place. "
+        "The signature is not part of the lock digest: the generation and digest stay the same. "
+        "Hosts configured with trusted operator keys refuse a lock without such a signature.",
+    )
+    sign.add_argument(
+        "--key", type=Path, required=True, metavar="KEY.pem", help="operator private key from stockade keygen"
+    )
+    _lock_and_json(sign)
+    sign.set_defaults(func=run_sign)
     verify = inner.add_parser(
         "verify",
         help="verify digests, signatures and manifests (writes nothing)",
@@ -87,6 +126,13 @@ def register(sub: Any) -> None:
     )
     _lock_and_json(verify)
     verify.add_argument("--trusted-keys", type=Path, default=None, metavar="FILE", help="trusted keys file")
+    verify.add_argument(
+        "--trusted-operator-keys",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="trusted operator keys file: the lock must carry a valid lock signature by one",
+    )
     verify.add_argument("--require-signatures", action="store_true", help="refuse unsigned packages")
     verify.add_argument(
         "--components",
@@ -97,7 +143,8 @@ def register(sub: Any) -> None:
         "--state-dir",
         type=Path,
         default=None,
-        help="also check the generation against this host state directory (read only)",
+        help="also check the generation and package versions against this host state directory "
+        "(read only)",
     )
     verify.set_defaults(func=run_verify)
 
@@ -124,12 +171,16 @@ def _report(update: LockUpdate, args: argparse.Namespace, verb: str) -> int:
                 "previous": update.previous,
                 "entry": _entry_dict(update.entry),
                 "replaced": _entry_dict(update.replaced),
+                "lock_key_id": update.lock_key_id,
             }
         )
         return EXIT_OK
     subject = update.entry or update.replaced
-    named = f"{subject.name}@{subject.version}" if subject else "?"
-    print(f"{verb} {named}: {update.path} is now generation {update.generation}")
+    named = f" {subject.name}@{subject.version}" if subject else ""
+    if subject is None:  # `lock sign`: same generation, same digest
+        print(f"{verb} {update.path}: generation {update.generation} (unchanged)")
+    else:
+        print(f"{verb}{named}: {update.path} is now generation {update.generation}")
     print(f"  digest    {update.digest}")
     print(f"  previous  {update.previous}")
     if update.entry is not None:
@@ -137,16 +188,29 @@ def _report(update: LockUpdate, args: argparse.Namespace, verb: str) -> int:
         if update.entry.source is not None:
             print(f"  source    {update.entry.source.display()}")
         print(f"  signed    {'by key ' + update.entry.key_id if update.entry.key_id else 'no'}")
+    print(f"  lock signed {'by key ' + update.lock_key_id if update.lock_key_id else 'no'}")
     return EXIT_OK
+
+
+def _warn_if_lock_signature_dropped(update: LockUpdate) -> None:
+    if update.was_signed and update.lock_key_id is None:
+        stderr_console().print(
+            "[yellow]warning:[/] the previous generation was signed; this one is not "
+            "(pass --key, or run `stockade lock sign --key KEY.pem`)"
+        )
 
 
 def run_add(args: argparse.Namespace) -> int:
     """Add or replace one package."""
     key = load_key(args.key) if args.key else None
+    operator = load_key(args.operator_key) if args.operator_key else key
     bundle, source, signature = Path(args.bundle), None, None
     if args.bundle.startswith("oci://"):
         bundle, source, signature = pull_for_lock(args)
-    update = add_package(args.lock, bundle, private_key=key, source=source, signature=signature)
+    update = add_package(
+        args.lock, bundle, private_key=key, operator_key=operator, source=source, signature=signature
+    )
+    _warn_if_lock_signature_dropped(update)
     if (
         update.replaced is not None
         and update.replaced.signature
@@ -162,15 +226,23 @@ def run_add(args: argparse.Namespace) -> int:
 
 def run_remove(args: argparse.Namespace) -> int:
     """Remove one package."""
+    operator = load_key(args.key) if args.key else None
     try:
-        update = remove_package(args.lock, args.name)
+        update = remove_package(args.lock, args.name, operator_key=operator)
     except KeyError:
         raise CommandFailed(
             "PACKAGE_NOT_IN_LOCK",
             f"no package named {args.name!r} in {args.lock}",
             hint="list the packages with `stockade inspect LOCK`",
         ) from None
+    _warn_if_lock_signature_dropped(update)
     return _report(update, args, "removed")
+
+
+def run_sign(args: argparse.Namespace) -> int:
+    """Sign the current lock in place."""
+    update = sign_lock(args.lock, load_key(args.key))
+    return _report(update, args, "signed")
 
 
 def _check_components(loaded: LoadedLock) -> None:
@@ -184,7 +256,10 @@ def _check_components(loaded: LoadedLock) -> None:
 def run_verify(args: argparse.Namespace) -> int:
     """Verify without writing; exit 1 with the error code on the first failure."""
     loaded = load_for_review(
-        args.lock, trusted_keys=args.trusted_keys, require_signatures=args.require_signatures
+        args.lock,
+        trusted_keys=args.trusted_keys,
+        require_signatures=args.require_signatures,
+        operator_keys=args.trusted_operator_keys,
     )
     if args.components:
         _check_components(loaded)
@@ -210,11 +285,19 @@ def run_verify(args: argparse.Namespace) -> int:
                 "previous": loaded.previous,
                 "packages": packages,
                 "components_checked": args.components,
+                "lock_key_id": loaded.lock_key_id,
+                "lock_signature_verified": args.trusted_operator_keys is not None,
             }
         )
         return EXIT_OK
     print(f"ok: {args.lock} generation {loaded.generation}, {len(packages)} package(s) verified")
     print(f"  digest  {loaded.digest}")
+    if loaded.lock_key_id is None:
+        print("  lock    unsigned")
+    elif args.trusted_operator_keys is not None:
+        print(f"  lock    signed by {loaded.lock_key_id} (verified)")
+    else:
+        print(f"  lock    signed by {loaded.lock_key_id} (not checked: pass --trusted-operator-keys)")
     for p in packages:
         signed = f"signed by {p['key_id']}" if p["signed"] else "unsigned"
         print(f"  {p['name']}@{p['version']}  {signed}")

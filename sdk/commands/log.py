@@ -25,9 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from host._files import open_regular
 from host.audit import VerifyReport, verify
 from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
-from sdk.commands._common import EXIT_FAILED, EXIT_OK, add_state_dir, print_json, state_dir
+from host.errors import AuditUnavailable
+from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, add_state_dir, print_json, state_dir
 
 
 def _hash(text: str) -> str:
@@ -105,6 +107,15 @@ def _signing_summary(report: VerifyReport, files: list[Path]) -> str:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the chain and checkpoints; 0 intact, 1 broken."""
+    # A FIFO, device or directory is refused before anything reads it (issue 9.8: a FIFO
+    # used to block for ever), with the same non-blocking check as every other read.
+    try:
+        with open_regular(args.file, None, what="audit log", error=AuditUnavailable):
+            pass
+    except AuditUnavailable as exc:
+        raise CommandFailed(
+            "AUDIT_LOG_BROKEN", exc.message, hint="pass the audit log itself (a regular file)"
+        ) from None
     files = _key_files(args)
     keys = load_public_keys(files) if files else None
     report = verify(args.file, expected_head=args.expected_head, keys=keys)

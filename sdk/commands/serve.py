@@ -186,6 +186,7 @@ def _open(args: argparse.Namespace, root: Path, audit: AuditLog) -> Host:
             state_dir=root,
             require_signatures=bool(args.require_signatures),
             trusted_keys_file=args.trusted_keys,
+            trusted_operator_keys_file=args.trusted_operator_keys,
         ),
         secrets=open_secrets(root),
         policy=FilePolicyEngine(root / "policy.json"),

@@ -1,9 +1,12 @@
 """``stockade sign BUNDLE_DIR --key KEY.pem``: sign a bundle for a lock.
 
 Checks the bundle (manifest valid, module digest as pinned) and signs the statement
-``{package, version, manifest_sha256, module_sha256}`` (RFC 8785 canonical JSON) with
-an Ed25519 key from ``stockade keygen``. Prints the signature and key id that go into
-the lock entry; ``stockade lock add BUNDLE_DIR --key KEY.pem`` signs while adding.
+``{"statement": "stockade/package@1", package, version, manifest_sha256, module_sha256}``
+(RFC 8785 canonical JSON; the domain tag keeps a package signature from ever verifying
+as a lock signature) with an Ed25519 key from ``stockade keygen``. Prints the signature
+and key id that go into the lock entry; ``stockade lock add BUNDLE_DIR --key KEY.pem``
+signs while adding (and signs the new lock body too); ``stockade lock sign`` signs a
+whole lock.
 """
 
 from __future__ import annotations

@@ -84,14 +84,28 @@ def test_inspect_reports_forbidden_import_as_refused(tmp_path: Path) -> None:
     module = import_component('(import "wasi:http/outgoing-handler@0.2.0" (instance (export "f" (func))))')
     bundle = _tracker_bundle(tmp_path, module)
     proc = run_cli("inspect", str(bundle), "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    component = json_out(proc)["packages"][0]["component"]
+    assert proc.returncode == 1, proc.stderr
+    report = json_out(proc)
+    assert report["ok"] is False and report["error"]["code"] == "COMPONENT_REFUSED"
+    component = report["packages"][0]["component"]
     assert component["accepted"] is False
     assert component["refusal"]["code"] == "COMPONENT_REFUSED"
     assert "wasi:http/outgoing-handler@0.2.0" in component["refusal"]["message"]
     assert "wasi:http/outgoing-handler@0.2.0" in [i["name"] for i in component["imports"]]
     table = run_cli("inspect", str(bundle), cwd=tmp_path)
     assert "REFUSED" in table.stdout
+    assert table.returncode == 1 and "error: COMPONENT_REFUSED" in table.stderr
+
+
+def test_inspect_lock_with_component_host_would_refuse_fails(tmp_path: Path) -> None:
+    module = import_component('(import "wasi:http/outgoing-handler@0.2.0" (instance (export "f" (func))))')
+    bundle = _tracker_bundle(tmp_path, module)
+    write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])  # written by hand, not `lock add`
+    proc = run_cli("inspect", "stockade.lock", cwd=tmp_path)
+    assert proc.returncode == 1 and "REFUSED" in proc.stdout
+    assert "error: COMPONENT_REFUSED: package tracker@1.2.0" in proc.stderr
+    skipped = run_cli("inspect", "stockade.lock", "--no-imports", cwd=tmp_path)
+    assert skipped.returncode == 0, skipped.stderr  # documented: --no-imports skips the check
 
 
 def test_inspect_signed_lock_verifies_and_reports_every_package(tmp_path: Path) -> None:

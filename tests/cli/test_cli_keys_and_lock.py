@@ -9,18 +9,31 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
+import wasmtime
 
 from host.config import HostConfig
 from host.lock import LockState, PackageLock, TrustedKeys, load_lock
-from tests.support.bundles import lock_digest, make_manifest, make_tool, write_bundle
+from tests.support.bundles import (
+    MODULE_BYTES,
+    lock_digest,
+    lock_entry,
+    make_manifest,
+    make_tool,
+    write_bundle,
+    write_lock,
+)
 from tests.support.cli import json_out, run_cli
+from tests.support.wat import ECHO_WAT, core_module, echo_component, import_component, wrong_call_component
 
 
-def _bundle(root: Path, name: str = "tracker", **overrides: object) -> Path:
-    manifest = make_manifest(**overrides)
-    return write_bundle(root / "bundles" / name, manifest)
+def _bundle(root: Path, name: str = "tracker", module: bytes | None = None, **overrides: object) -> Path:
+    """A bundle with a real component (``lock add`` runs the host's component checks)."""
+    module = echo_component() if module is None else module
+    manifest = make_manifest(module_bytes=module, **overrides)
+    return write_bundle(root / "bundles" / name, manifest, module)
 
 
 def _keygen(root: Path, name: str = "key.pem", keys: str = "trusted-keys.json") -> dict[str, str]:
@@ -197,8 +210,8 @@ def test_lock_verify_with_state_dir_detects_rollback_without_writing(tmp_path: P
 
 @pytest.mark.parametrize("components", [False, True], ids=["manifest-only", "with-components"])
 def test_lock_verify_components_refuses_core_module(tmp_path: Path, components: bool) -> None:
-    bundle = _bundle(tmp_path)  # MODULE_BYTES: a component header, but not a real component
-    assert run_cli("lock", "add", str(bundle), cwd=tmp_path).returncode == 0
+    bundle = _bundle(tmp_path, module=MODULE_BYTES)  # a component header, not a real component
+    write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])  # not through `lock add`
     proc = run_cli("lock", "verify", *(["--components"] if components else []), cwd=tmp_path)
     if components:
         assert proc.returncode == 1 and "error: COMPONENT_REFUSED" in proc.stderr
@@ -218,3 +231,149 @@ def test_lock_add_bundle_that_is_the_lock_directory_refused(tmp_path: Path) -> N
     proc = run_cli("lock", "add", ".", cwd=tmp_path)
     assert proc.returncode == 1 and "error: LOCK_INVALID" in proc.stderr
     assert not (tmp_path / "stockade.lock").exists()
+
+
+# --- lock signatures (issue 9.5 b) ----------------------------------------------------------
+
+
+def test_lock_add_with_key_signs_entry_and_lock_body(tmp_path: Path) -> None:
+    made = _keygen(tmp_path)
+    added = json_out(run_cli("lock", "add", str(_bundle(tmp_path)), "--key", "key.pem", "--json", cwd=tmp_path))
+    assert added["lock_key_id"] == made["key_id"] == added["entry"]["key_id"]
+    ok = run_cli("lock", "verify", "--trusted-keys", "trusted-keys.json", "--trusted-operator-keys",
+                 "trusted-keys.json", "--json", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    report = json_out(ok)
+    assert report["lock_key_id"] == made["key_id"] and report["lock_signature_verified"] is True
+
+
+def test_lock_add_with_separate_operator_key(tmp_path: Path) -> None:
+    author = _keygen(tmp_path)
+    operator = _keygen(tmp_path, "operator.pem", keys="operator-keys.json")
+    added = json_out(run_cli("lock", "add", str(_bundle(tmp_path)), "--key", "key.pem", "--operator-key",
+                             "operator.pem", "--json", cwd=tmp_path))
+    assert added["entry"]["key_id"] == author["key_id"] and added["lock_key_id"] == operator["key_id"]
+    ok = run_cli("lock", "verify", "--trusted-keys", "trusted-keys.json", "--trusted-operator-keys",
+                 "operator-keys.json", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert f"signed by {operator['key_id']} (verified)" in ok.stdout
+
+
+def test_unsigned_lock_refused_by_verify_with_operator_keys(tmp_path: Path) -> None:
+    _keygen(tmp_path)
+    assert run_cli("lock", "add", str(_bundle(tmp_path)), cwd=tmp_path).returncode == 0
+    proc = run_cli("lock", "verify", "--trusted-operator-keys", "trusted-keys.json", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "error: SIGNATURE_INVALID" in proc.stderr and "lock generation 1 is not signed" in proc.stderr
+
+
+def test_lock_sign_signs_in_place_keeping_generation_and_digest(tmp_path: Path) -> None:
+    made = _keygen(tmp_path)
+    first = json_out(run_cli("lock", "add", str(_bundle(tmp_path)), "--json", cwd=tmp_path))
+    signed = run_cli("lock", "sign", "--key", "key.pem", "--json", cwd=tmp_path)
+    assert signed.returncode == 0, signed.stderr
+    report = json_out(signed)
+    assert (report["generation"], report["digest"]) == (first["generation"], first["digest"])
+    assert report["lock_key_id"] == made["key_id"]
+    assert run_cli("lock", "verify", "--trusted-operator-keys", "trusted-keys.json", cwd=tmp_path).returncode == 0
+
+
+def test_lock_edited_after_signing_refused_by_verify(tmp_path: Path) -> None:
+    _keygen(tmp_path)
+    assert run_cli("lock", "add", str(_bundle(tmp_path)), "--key", "key.pem", cwd=tmp_path).returncode == 0
+    lock = tmp_path / "stockade.lock"
+    document = json.loads(lock.read_text())
+    document["generation"], document["previous"] = 2**53 - 1, "e" * 64  # the generation-burning edit
+    lock.write_text(json.dumps(document))
+    proc = run_cli("lock", "verify", "--trusted-keys", "trusted-keys.json", "--trusted-operator-keys",
+                   "trusted-keys.json", cwd=tmp_path)
+    assert proc.returncode == 1 and "error: SIGNATURE_INVALID" in proc.stderr and "does not verify" in proc.stderr
+
+
+def test_edit_without_key_warns_that_lock_signature_is_dropped(tmp_path: Path) -> None:
+    _keygen(tmp_path)
+    assert run_cli("lock", "add", str(_bundle(tmp_path)), "--key", "key.pem", cwd=tmp_path).returncode == 0
+    removed = run_cli("lock", "remove", "tracker", cwd=tmp_path)
+    assert removed.returncode == 0, removed.stderr
+    assert "the previous generation was signed; this one is not" in removed.stderr
+    assert "lock signed no" in removed.stdout
+
+
+def test_host_with_operator_keys_refuses_unsigned_lock(tmp_path: Path) -> None:
+    from tests.support.cli import echo_workspace  # noqa: PLC0415 - only this test needs a host
+
+    ws = echo_workspace(tmp_path)
+    _keygen(tmp_path, keys="operator-keys.json")
+    proc = ws.run("tools", *ws.host_args, "--trusted-operator-keys", "operator-keys.json")
+    assert proc.returncode == 1 and "error: SIGNATURE_INVALID" in proc.stderr
+    assert not (ws.state / "lock-state.json").exists()
+    assert run_cli("lock", "sign", "--key", "key.pem", "--lock", str(ws.lock), cwd=tmp_path).returncode == 0
+    ok = ws.run("tools", *ws.host_args, "--trusted-operator-keys", "operator-keys.json")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_serve_with_operator_keys_refuses_unsigned_lock(tmp_path: Path) -> None:
+    from tests.support.cli import echo_workspace  # noqa: PLC0415 - only this test needs a host
+
+    ws = echo_workspace(tmp_path)
+    _keygen(tmp_path, keys="operator-keys.json")
+    proc = ws.run("serve", *ws.host_args, "--trusted-operator-keys", "operator-keys.json",
+                  "--project", "p", "--subject", "alice")  # stdio transport; stdin is /dev/null
+    assert proc.returncode == 1 and "error: SIGNATURE_INVALID" in proc.stderr
+
+
+# --- component checks at lock time (issue 9 "Also") -----------------------------------------
+
+
+def _shared_memory_component() -> bytes:
+    """The echo component plus a shared memory: the host's engine (threads off) cannot compile it."""
+    return bytes(wasmtime.wat2wasm(ECHO_WAT.replace("(core module $m\n", "(core module $m\n    (memory 1 1 shared)\n", 1)))
+
+
+@pytest.mark.parametrize(
+    ("module", "needle"),
+    [
+        (core_module, "core WebAssembly module, not a component"),
+        (lambda: wrong_call_component("returns-string"), "call"),
+        (lambda: wrong_call_component("missing"), "does not export `call`"),
+        (lambda: import_component('(import "wasi:http/outgoing-handler@0.2.0" (instance (export "f" (func))))'),
+         "wasi:http/outgoing-handler@0.2.0"),
+        (_shared_memory_component, "threads must be enabled for shared memories"),
+    ],
+    ids=["core-module", "wrong-call-signature", "no-call-export", "wasi-http-import", "shared-memory"],
+)
+def test_lock_add_refuses_component_the_host_would_refuse(tmp_path: Path, module: Any, needle: str) -> None:
+    bundle = _bundle(tmp_path, module=module())
+    proc = run_cli("lock", "add", str(bundle), "--json", cwd=tmp_path)
+    assert proc.returncode == 1
+    error = json_out(proc)["error"]
+    assert error["code"] == "COMPONENT_REFUSED" and needle in error["message"]
+    assert not (tmp_path / "stockade.lock").exists()
+    inspected = run_cli("inspect", str(bundle), cwd=tmp_path)
+    assert inspected.returncode == 1 and "error: COMPONENT_REFUSED" in inspected.stderr
+
+
+def test_help_documents_lock_signature_flags(tmp_path: Path) -> None:
+    for command, flags in ((("lock", "add"), ("--key", "--operator-key", "lock body")),
+                           (("lock", "sign"), ("--key", "stockade/lock@1")),
+                           (("lock", "verify"), ("--trusted-operator-keys",)),
+                           (("tools",), ("--trusted-operator-keys",))):
+        proc = run_cli(*command, "--help", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        for flag in flags:
+            assert flag in proc.stdout, (command, flag)
+
+
+def test_lock_verify_with_state_dir_detects_package_downgrade(tmp_path: Path) -> None:
+    assert run_cli("lock", "add", str(_bundle(tmp_path)), cwd=tmp_path).returncode == 0  # tracker 1.2.0
+    newer = _bundle(tmp_path, "tracker-1.3.0",
+                    package={"name": "tracker", "version": "1.3.0", "description": "", "homepage": None})
+    assert run_cli("lock", "add", str(newer), cwd=tmp_path).returncode == 0
+    state = tmp_path / "state"
+    LockState(state).accept(load_lock(tmp_path / "stockade.lock", config=HostConfig(state_dir=state),
+                                      trusted_keys=None))
+    assert run_cli("lock", "add", str(tmp_path / "bundles" / "tracker"), cwd=tmp_path).returncode == 0  # 1.2.0
+    proc = run_cli("lock", "verify", "--state-dir", str(state), "--json", cwd=tmp_path)
+    assert proc.returncode == 1
+    error = json_out(proc)["error"]
+    assert error["code"] == "LOCK_ROLLBACK" and error["details"]["reason"] == "downgrade"

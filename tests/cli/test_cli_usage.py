@@ -16,6 +16,7 @@ HELP_COMMANDS = [
     ("lock",),
     ("lock", "add"),
     ("lock", "remove"),
+    ("lock", "sign"),
     ("lock", "verify"),
     ("diff",),
     ("tools",),

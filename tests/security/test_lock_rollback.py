@@ -151,6 +151,7 @@ def test_unsafe_override_accepts_rollback_warns_and_is_recorded(
     assert override.model_dump() == {
         "at": FIXED.isoformat(), "reason": "rollback",
         "old_generation": 2, "old_digest": two.digest, "new_generation": 1, "new_digest": one.digest,
+        "package": None, "old_version": None, "new_version": None,
     }
     on_disk = json.loads(chain.state.path.read_bytes())
     assert on_disk["overrides"][0]["reason"] == "rollback"

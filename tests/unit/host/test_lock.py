@@ -94,7 +94,7 @@ def test_lock_digest_is_sha256_of_canonical_json() -> None:
 def test_statement_is_exact_canonical_json() -> None:
     assert statement_for("tracker", "1.2.0", "a" * 64, "b" * 64) == (
         b'{"manifest_sha256":"' + b"a" * 64 + b'","module_sha256":"' + b"b" * 64
-        + b'","package":"tracker","version":"1.2.0"}'
+        + b'","package":"tracker","statement":"stockade/package@1","version":"1.2.0"}'
     )
 
 
