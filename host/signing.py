@@ -243,6 +243,22 @@ class TrustedKeys:
                 key_id=key_id,
             ) from None
 
+    def verify_statement(self, statement: bytes, *, signature: str, key_id: str, what: str) -> None:
+        """Verify a signature over ``statement`` (already domain-tagged by its caller).
+
+        Used for MCP source pins (:func:`host.mcpsource.pin.source_statement`).
+
+        Raises:
+            SignatureInvalid: unknown key id, or the signature does not verify.
+        """
+        key = self._keys.get(key_id)
+        if key is None:
+            raise SignatureInvalid(f"{what} is signed by key {key_id[:40]}, which is not a trusted key")
+        try:
+            key.verify(_decode_b64(signature, 64, "signature"), statement)
+        except (InvalidSignature, ValueError):
+            raise SignatureInvalid(f"signature of {what} does not verify with key {key_id}") from None
+
 
 def _first_problem(exc: InputInvalid | ValidationError) -> str:
     if isinstance(exc, InputInvalid):

@@ -16,22 +16,26 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from host._files import atomic_write, read_regular
 from host.bundlestore import OciSource
+from host.canonical import sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import LockInvalid
-from host.lock import LOCK_FORMAT, LockEntry, PackageLock
-from sdk.bundle import read_bundle, sign_package
+from host.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for
+from host.mcpsource.pin import McpLockEntry, McpPin, source_statement
+from sdk.bundle import load_private_key, read_bundle, sign_package
 
-__all__ = ["LockUpdate", "add_package", "read_lock", "remove_package"]
+__all__ = ["LockUpdate", "McpUpdate", "add_mcp", "add_package", "read_lock", "remove_package"]
 
 _MAX_LOCK_BYTES = 1024 * 1024  # bytes, as host.lock
 
@@ -82,15 +86,21 @@ def _relative_bundle(lock_path: Path, bundle_dir: Path) -> str:
 
 
 def _write_next(
-    path: Path, current: PackageLock | None, packages: list[LockEntry]
+    path: Path,
+    current: PackageLock | None,
+    packages: list[LockEntry],
+    mcp: list[McpLockEntry] | None = None,
 ) -> tuple[PackageLock, str | None]:
     previous = current.digest() if current is not None else None
-    document = {
+    document: dict[str, object] = {
         "format": LOCK_FORMAT,
         "generation": current.generation + 1 if current is not None else 1,
         "previous": previous,
         "packages": [entry.model_dump(mode="json") for entry in packages],
     }
+    sources = mcp if mcp is not None else list(current.mcp) if current is not None else []
+    if sources:  # MCP sources survive every package edit (issue 15)
+        document["mcp"] = [entry.model_dump(mode="json") for entry in sources]
     data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
     lock = PackageLock.from_json(data)  # the file written is exactly what a host will read
     atomic_write(path, data, mode=0o644)
@@ -194,3 +204,62 @@ def remove_package(lock_path: Path, name: str) -> LockUpdate:
         raise KeyError(name)
     lock, previous = _write_next(lock_path, current, [p for p in current.packages if p.name != name])
     return LockUpdate(lock_path, lock.generation, lock.digest(), previous, None, removed)
+
+
+@dataclass(frozen=True, slots=True)
+class McpUpdate:
+    """The result of pinning an MCP source: the lock written, its entry and the one replaced."""
+
+    path: Path
+    generation: int
+    digest: str
+    previous: str | None
+    entry: McpLockEntry
+    replaced: McpLockEntry | None
+
+
+def add_mcp(
+    lock_path: Path, pin: McpPin, *, private_key: bytes | Ed25519PrivateKey | None = None
+) -> McpUpdate:
+    """Write ``pin`` next to the lock (``mcp/<name>.json``) and add or replace its entry.
+
+    The entry pins the file's sha256 and, with ``private_key``, is signed over
+    :func:`host.mcpsource.pin.source_statement` (tag ``stockade/mcp-source@1``).
+
+    Raises:
+        LockInvalid: the lock is invalid, or the source's name overlaps a package's or
+            another source's namespace.
+        ValueError: ``private_key`` is not an Ed25519 private key.
+    """
+    lock_path = Path(lock_path)
+    current = read_lock(lock_path)
+    name, version = pin.source.name, pin.source.version
+    relative = f"mcp/{name}.json"
+    data = pin.to_json()
+    digest = sha256_hex(data)
+    signature = key_id = None
+    if private_key is not None:
+        key = load_private_key(private_key)
+        public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        signature = base64.b64encode(key.sign(source_statement(name, version, digest))).decode("ascii")
+        key_id = key_id_for(public)
+    entry = McpLockEntry(
+        name=name, version=version, pin=relative, pin_sha256=digest, signature=signature, key_id=key_id
+    )
+    sources = list(current.mcp) if current is not None else []
+    replaced = next((m for m in sources if m.name == name), None)
+    sources = [entry if m.name == name else m for m in sources] if replaced else [*sources, entry]
+    packages = list(current.packages) if current is not None else []
+    target = lock_path.resolve().parent / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Validate the next lock before writing the pin, so a refused name leaves no file behind.
+    try:
+        PackageLock(
+            format=LOCK_FORMAT, generation=1, previous=None, packages=tuple(packages), mcp=tuple(sources)
+        )
+    except ValidationError as exc:
+        message = str(exc.errors(include_url=False, include_input=False)[0]["msg"])
+        raise LockInvalid(f"cannot pin MCP source {name}: {message.removeprefix('Value error, ')}") from None
+    atomic_write(target, data, mode=0o644)
+    lock, previous = _write_next(lock_path, current, packages, sources)
+    return McpUpdate(lock_path, lock.generation, lock.digest(), previous, entry, replaced)
