@@ -182,6 +182,7 @@ class McpLimits(_Model):
     max_output_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)]  # bytes of one JSON-RPC message
     max_concurrent_calls: Annotated[int, Field(ge=1, le=MAX_CONCURRENT)]  # calls in flight
     memory_bytes: Annotated[int, Field(ge=16 * 1024 * 1024)] | None = None  # RLIMIT_AS of a stdio server
+    startup_timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000  # ms, start + handshake + list
 
 
 class McpDeclaration(_Model):
@@ -392,7 +393,7 @@ def pinned_manifest(
             "memory_bytes": 65536,
             "timeout_ms": min(source.limits.call_timeout_ms, ceilings.timeout_ms),
             "max_http_requests": 0,
-            "max_log_bytes": 0,
+            "max_log_bytes": 1,  # no log: a source has none, but SandboxLimits needs > 0
         },
         "http": {
             "allow": [], "credentials": [], "max_request_bytes": 0, "max_response_bytes": 0, "timeout_ms": 1,

@@ -210,7 +210,6 @@ class McpSource:
                 tool without an output schema, or lacks structured content for one with.
             CredentialUnavailable: a declared secret is not stored.
         """
-        deadline = time.monotonic() + timeout_s
         if not self._slots.acquire(timeout=timeout_s):
             raise McpTimeout(
                 f"MCP source {self.name} had no free call slot within {timeout_s:g} s "
@@ -218,7 +217,8 @@ class McpSource:
                 source=self.name, reason="busy",
             )
         try:
-            conn = self._ensure()
+            conn = self._ensure()  # a restart is bounded by startup_timeout_ms, not by timeout_s
+            deadline = time.monotonic() + timeout_s
             if tool not in self.offered:
                 raise self._withheld(tool)
             params = {"name": self._remote[tool], "arguments": dict(arguments)}
@@ -309,7 +309,7 @@ def start_server(
         cwd=Path(transport.cwd) if transport.cwd else _workdir(state_dir, decl.name),
         max_message_bytes=decl.limits.max_output_bytes,
         memory_bytes=decl.limits.memory_bytes,
-        timeout_s=decl.limits.call_timeout_ms / 1000,
+        timeout_s=decl.limits.startup_timeout_ms / 1000,
     )
     return conn, staged
 
@@ -349,7 +349,7 @@ def list_tools(conn: StdioConnection, decl: McpDeclaration) -> list[Mapping[str,
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         params = {"cursor": cursor} if cursor else {}
-        page = conn.request("tools/list", params, timeout_s=decl.limits.call_timeout_ms / 1000)
+        page = conn.request("tools/list", params, timeout_s=decl.limits.startup_timeout_ms / 1000)
         if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
             conn.close()
             raise McpUnavailable(f"MCP source {decl.name} answered tools/list without a tool list",
