@@ -89,3 +89,8 @@ def world(tmp_path: Path) -> Iterator[McpWorld]:
     yield w
     for host in w.hosts:
         host.close()
+
+
+def offered(host: Host) -> set[str]:
+    """The Stockade names of the tools ``host`` offers to a model."""
+    return {host.resolve_tool("openai", t["function"]["name"])[0] for t in host.tools("openai")}

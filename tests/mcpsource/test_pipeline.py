@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 
-from tests.mcpsource.conftest import TOKEN, McpWorld, request
+from tests.mcpsource.conftest import TOKEN, TOOLS, McpWorld, offered, request
 
 
 def test_pinned_tools_are_offered_and_callable(world: McpWorld) -> None:
     assert {t.tool for t in world.pinned.pin.tools} >= {"test.echo", "test.add"}
     host = world.open()
-    names = {t["function"]["name"] for t in host.tools("openai")}
-    assert len(names) == 9
+    assert offered(host) == set(TOOLS)
     result = host.call(request("test.echo", {"message": "hello"}))
     assert result.ok, result.error
     assert result.output == {"text": "hello"}
