@@ -37,7 +37,14 @@ from host.errors import (
     StockadeError,
     ToolFailed,
 )
-from host.mcpsource.pin import McpDeclaration, PinnedSource, StdioTransport, definition_of, tool_digest
+from host.mcpsource.pin import (
+    McpDeclaration,
+    McpPin,
+    PinnedSource,
+    StdioTransport,
+    definition_of,
+    tool_digest,
+)
 from host.mcpsource.stdio import StdioConnection
 from host.secrets import SecretsStore, SecretValue
 
@@ -81,13 +88,13 @@ class ToolDrift:
         }
 
 
-def compare(pinned: PinnedSource, live_tools: list[Mapping[str, Any]]) -> tuple[set[str], list[ToolDrift]]:
+def compare(pin: McpPin, live_tools: list[Mapping[str, Any]]) -> tuple[set[str], list[ToolDrift]]:
     """Which pinned tools the live list still matches (their Stockade names), and the drift."""
-    source = pinned.pin.source.name
+    source = pin.source.name
     live = {str(t.get("name")): definition_of(t) for t in live_tools}
     offered: set[str] = set()
     drift: list[ToolDrift] = []
-    for tool in pinned.pin.tools:
+    for tool in pin.tools:
         now = live.get(tool.name)
         if now is None:
             drift.append(ToolDrift(source, tool.name, "removed"))
@@ -96,7 +103,7 @@ def compare(pinned: PinnedSource, live_tools: list[Mapping[str, Any]]) -> tuple[
             drift.append(ToolDrift(source, tool.name, "changed", fields, tool.definition, now))
         else:
             offered.add(tool.tool)
-    pinned_names = {t.name for t in pinned.pin.tools}
+    pinned_names = {t.name for t in pin.tools}
     for name in sorted(set(live) - pinned_names):
         drift.append(ToolDrift(source, name[:128], "added", tuple(live[name]), None, live[name]))
     return offered, drift
@@ -175,7 +182,7 @@ class McpSource:
             except StockadeError:
                 self._failed()
                 raise
-            offered, drift = compare(self.pinned, tools)
+            offered, drift = compare(self.pinned.pin, tools)
             self._conn, self.offered, self.drift = conn, frozenset(offered), tuple(drift)
             self.connects += 1
             _append(self._audit, "mcp.connected", {

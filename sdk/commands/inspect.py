@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sdk.commands._common import EXIT_OK, cell, print_json, stderr_console, stdout_console
+from sdk.commands.lockmcp import render_mcp_source
 from sdk.review import bundle_report, lock_report
 
 _LIMIT_UNITS = {
@@ -104,6 +105,8 @@ def render(report: Mapping[str, Any], console: Console) -> None:
         console.print(f"  digest   {report['digest']}\n  previous {report['previous']}")
     for package in report["packages"]:
         _render_package(package, console)
+    for source in report.get("mcp", []):
+        render_mcp_source(source, console)
 
 
 def _render_package(p: Mapping[str, Any], console: Console) -> None:

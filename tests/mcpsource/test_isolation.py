@@ -35,7 +35,7 @@ def test_host_descriptors_are_not_inherited(world: McpWorld, tmp_path: Path) -> 
     os.set_inheritable(fd, True)
     try:
         host = world.open()
-        pid = host._mcp["test"]._conn.pid  # type: ignore[union-attr]  # noqa: SLF001
+        pid = host._mcp["test"]._conn.pid  # type: ignore[union-attr]
         targets = [os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")]
     finally:
         os.close(fd)
@@ -45,7 +45,7 @@ def test_host_descriptors_are_not_inherited(world: McpWorld, tmp_path: Path) -> 
 
 def test_server_process_group_is_killed_with_the_host(world: McpWorld) -> None:
     host = world.open()
-    pid = host._mcp["test"]._conn.pid  # type: ignore[union-attr]  # noqa: SLF001
+    pid = host._mcp["test"]._conn.pid  # type: ignore[union-attr]
     host.close()
     assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 import os
 
-from tests.mcpsource.conftest import TOKEN, TOOLS, McpWorld, offered, request
+from host.audit import verify
+from host.mcpsource.pinning import pin_source, pin_tools
+from sdk.lockfile import add_mcp
+from tests.mcpsource.conftest import REVIEW, TOKEN, TOOLS, McpWorld, declaration, offered, request
 
 
 def test_pinned_tools_are_offered_and_callable(world: McpWorld) -> None:
@@ -32,8 +35,6 @@ def test_input_outside_pinned_schema_never_reaches_the_server(world: McpWorld) -
 
 
 def test_unreviewed_tool_defaults_to_external_and_asks(world: McpWorld) -> None:
-    from host.mcpsource.pinning import pin_tools  # noqa: PLC0415
-
     live = [{"name": "echo", "description": "d", "inputSchema": {
         "type": "object", "additionalProperties": False, "properties": {}, "required": []}}]
     result = pin_tools(world.pinned.pin.source, live, review={})
@@ -55,22 +56,18 @@ def test_secret_echoed_by_server_is_scrubbed_from_output_and_audit(world: McpWor
 
 
 def test_hung_server_times_out_and_is_restarted(world: McpWorld) -> None:
-    from tests.mcpsource.conftest import declaration  # noqa: PLC0415
-    from host.mcpsource.pinning import pin_source  # noqa: PLC0415
-    from sdk.lockfile import add_mcp  # noqa: PLC0415
-    from tests.mcpsource.conftest import REVIEW  # noqa: PLC0415
-
     decl = declaration(world.root, call_timeout_ms=1500)
-    add_mcp(world.lock, pin_source(decl, state_dir=world.root / "s2", secrets=world.secrets, review=REVIEW).pin)
+    pinned = pin_source(decl, state_dir=world.root / "s2", secrets=world.secrets, review=REVIEW)
+    add_mcp(world.lock, pinned.pin)
     host = world.open()
-    source = host._mcp["test"]  # noqa: SLF001 - the test checks the process was replaced
-    first_pid = source._conn.pid  # type: ignore[union-attr]  # noqa: SLF001
+    source = host._mcp["test"]
+    first_pid = source._conn.pid  # type: ignore[union-attr]
     hung = host.call(request("test.hang"))
     assert not hung.ok and hung.error is not None
     assert hung.error.code == "MCP_TIMEOUT"
     again = host.call(request("test.echo", {"message": "back"}))
     assert again.ok and again.output == {"text": "back"}
-    assert source._conn.pid != first_pid  # type: ignore[union-attr]  # noqa: SLF001
+    assert source._conn.pid != first_pid  # type: ignore[union-attr]
     assert not _alive(first_pid)
     assert world.records("call.outcome")[-2]["error"]["code"] == "MCP_TIMEOUT"
 
@@ -92,8 +89,6 @@ def test_answer_over_host_output_budget_is_refused(world: McpWorld) -> None:
 
 
 def test_crash_mid_call_gives_stable_code_and_audit_intact(world: McpWorld) -> None:
-    from host.audit import verify  # noqa: PLC0415
-
     host = world.open()
     crashed = host.call(request("test.crash"))
     assert not crashed.ok and crashed.error is not None
