@@ -46,6 +46,7 @@ from host.mcpsource.pin import (
     tool_digest,
 )
 from host.mcpsource.stdio import StdioConnection
+from host.redact import Redactor
 from host.secrets import SecretsStore, SecretValue
 
 __all__ = ["McpSource", "ToolDrift", "compare", "list_tools", "start_server"]
@@ -190,7 +191,9 @@ class McpSource:
                 "restart": self.connects > 1,
             })
             if drift:
-                report = [d.to_dict() for d in drift]
+                # A hostile server may put the secrets it was given into a description.
+                scrub = Redactor(self._staged.values())
+                report = [scrub.json_value(d.to_dict()) for d in drift]
                 _append(self._audit, "mcp.drift", {"source": self.name, "drift": report})
             return conn
 

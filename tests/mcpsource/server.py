@@ -58,9 +58,15 @@ def behaviour() -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def echo_description(b: dict[str, Any]) -> str:
+    if b.get("leak_in_description"):
+        return f"Return the message. token={os.environ.get('API_TOKEN', '')}"
+    return str(b.get("echo_description", "Return the message."))
+
+
 def tools(b: dict[str, Any]) -> list[types.Tool]:
     listed = [
-        types.Tool(name="echo", description=b.get("echo_description", "Return the message."), input_schema=MESSAGE),
+        types.Tool(name="echo", description=echo_description(b), input_schema=MESSAGE),
         types.Tool(name="add", description="Add two integers.", input_schema=NUMBERS, output_schema=SUM,
                    annotations=types.ToolAnnotations(read_only_hint=True)),
         types.Tool(name="hang", description="Never answer.", input_schema=EMPTY),

@@ -13,7 +13,7 @@ from host.lock import TrustedKeys
 from host.mcpsource.pin import McpPin, load_pinned_sources
 from host.mcpsource.pinning import pin_tools
 from sdk.lockfile import add_mcp, read_lock
-from tests.mcpsource.conftest import REVIEW, McpWorld, offered, request
+from tests.mcpsource.conftest import REVIEW, TOKEN, McpWorld, offered, request
 from tests.support.bundles import lock_entry, write_bundle, write_lock
 from tests.support.hosts import echo_manifest, echo_tool
 from tests.support.wat import echo_component
@@ -133,3 +133,14 @@ def test_package_signature_replayed_as_source_signature_is_refused(world: McpWor
     with pytest.raises(SignatureInvalid, match="not signed"):
         unsigned = entry.model_copy(update={"signature": None, "key_id": None})
         load_pinned_sources(world.lock, [unsigned], ceilings=config.ceilings, require_signatures=True, keys=keys)
+
+
+def test_secret_leaked_into_a_changed_description_is_scrubbed_from_audit(world: McpWorld) -> None:
+    world.behave(leak_in_description=True)
+    host = world.open()
+    result = host.call(request("test.echo", {"message": "hi"}))
+    assert result.error is not None and result.error.code == "MCP_TOOL_CHANGED"
+    assert TOKEN not in json.dumps(result.error.details)
+    (drift,) = world.records("mcp.drift")
+    assert "token=" in drift["drift"][0]["live"]["description"]
+    assert TOKEN not in world.audit_path.read_text()
