@@ -205,6 +205,11 @@ class Host:
         The lock's generation is accepted into ``config.state_dir`` only after every
         digest, signature, manifest and component check passed.
 
+        MCP sources the lock pins (``host.mcpsource``) are verified with it; their
+        servers are started after the lock is accepted and their live tools compared with
+        the pins (a changed or new tool is not offered). A server that fails to start does
+        not fail ``open``: it is audited (``mcp.unavailable``) and retried on the first call.
+
         Args:
             lock: path of ``stockade.lock``.
             config: host configuration and ceilings.
