@@ -11,6 +11,8 @@ it must control the spawn and bound every byte it reads:
 - **process group**: ``start_new_session=True`` (own session and group), so the whole
   group is killed on timeout, on protocol errors, on :meth:`StdioConnection.close` and at
   interpreter exit;
+- **dies with the host**: ``PR_SET_PDEATHSIG`` = SIGKILL (Linux), set in the child by a
+  long-lived spawner thread, so even a SIGKILLed host takes its servers with it;
 - **resource limits** (``setrlimit`` in the child before ``exec``): no core dumps,
   256 descriptors, and ``RLIMIT_AS`` when the declaration sets ``memory_bytes``;
 - **messages**: newline-delimited JSON-RPC read in a reader thread with a running byte
@@ -25,16 +27,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import itertools
 import json
 import logging
 import os
+import queue
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -58,12 +65,58 @@ def _kill_all() -> None:  # pragma: no cover - runs at interpreter exit
         conn.close()
 
 
-def _limits_in_child(memory_bytes: int | None) -> None:
+_PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
+try:  # Linux: the child is SIGKILLed when the thread that forked it dies (see _Spawner)
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+except OSError:  # pragma: no cover - not glibc/musl Linux
+    _LIBC = None
+
+
+def _limits_in_child(memory_bytes: int | None, parent: int) -> None:
     """Runs in the child between fork and exec: only async-signal-safe-enough calls."""
+    if _LIBC is not None and sys.platform == "linux":
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the host died before prctl took effect
+            os._exit(1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FDS, MAX_FDS))
     if memory_bytes is not None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+class _Spawner:
+    """One long-lived thread that forks every server.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits, not the
+    process; forking from a call's worker thread would kill the server when that thread
+    ends. This thread lives as long as the host process, so a server dies with the host
+    even when the host is SIGKILLed (and no ``atexit`` handler runs).
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], Any]) -> Any:
+        with self._lock:
+            if not self._started:
+                threading.Thread(target=self._loop, name="mcp-spawner", daemon=True).start()
+                self._started = True
+        future: Future[Any] = Future()
+        self._jobs.put((job, future))
+        return future.result()
+
+    def _loop(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # handed to the caller's thread
+                future.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
 
 
 class _Pending:
@@ -114,16 +167,19 @@ class StdioConnection:
         self._failure: McpUnavailable | None = None
         self._stderr = bytearray()
         try:
-            self._proc = subprocess.Popen(
-                [command, *args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=dict(env),
-                cwd=cwd,
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=lambda: _limits_in_child(memory_bytes),  # noqa: PLW1509 - setrlimit needs it
+            parent = os.getpid()
+            self._proc: subprocess.Popen[bytes] = _SPAWNER.run(
+                lambda: subprocess.Popen(
+                    [command, *args],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=dict(env),
+                    cwd=cwd,
+                    close_fds=True,
+                    start_new_session=True,
+                    preexec_fn=lambda: _limits_in_child(memory_bytes, parent),  # noqa: PLW1509 - setrlimit, prctl
+                )
             )
         except OSError as exc:
             raise McpUnavailable(

@@ -142,3 +142,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     anyio.run(main)
+    if behaviour().get("linger"):  # a hostile server that outlives its stdin
+        import time
+
+        time.sleep(3600)

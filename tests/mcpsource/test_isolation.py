@@ -52,3 +52,40 @@ def test_server_process_group_is_killed_with_the_host(world: McpWorld) -> None:
 
 def _zombie(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+
+
+_HOST_SCRIPT = """
+import sys
+from pathlib import Path
+from host.mcpsource.source import start_server
+from tests.mcpsource.conftest import declaration
+root = Path(sys.argv[1])
+decl = declaration(root).model_copy(update={"secrets": (), "secrets_scope": None})
+conn, _ = start_server(decl, state_dir=root / "state", secrets=None)
+print(conn.pid, flush=True)
+sys.stdin.read()  # until the test kills this host
+"""
+
+
+def test_server_dies_when_the_host_is_sigkilled(tmp_path: Path) -> None:
+    import select  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from tests.support.cli import cli_env  # noqa: PLC0415
+
+    decl_root = tmp_path
+    (decl_root / "behaviour.json").write_text('{"linger": true}')  # survives EOF on stdin
+    with subprocess.Popen([sys.executable, "-c", _HOST_SCRIPT, str(decl_root)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, env=cli_env(), cwd=Path(__file__).parents[2]) as host:
+        assert host.stdout is not None
+        server_pid = int(host.stdout.readline())
+        pidfd = os.pidfd_open(server_pid)
+        try:
+            host.send_signal(signal.SIGKILL)  # no atexit, no Host.close: only the kernel can help
+            host.wait(timeout=30)
+            ready, _, _ = select.select([pidfd], [], [], 20)  # readable when the server has exited
+            assert ready == [pidfd]
+        finally:
+            os.close(pidfd)
