@@ -34,7 +34,7 @@ def test_input_outside_pinned_schema_never_reaches_the_server(world: McpWorld) -
     assert result.error.code == "INPUT_INVALID"
 
 
-def test_unreviewed_tool_defaults_to_external_and_asks(world: McpWorld) -> None:
+def test_unreviewed_tool_is_pinned_external_high(world: McpWorld) -> None:
     live = [{"name": "echo", "description": "d", "inputSchema": {
         "type": "object", "additionalProperties": False, "properties": {}, "required": []}}]
     result = pin_tools(world.pinned.pin.source, live, review={})
@@ -81,7 +81,7 @@ def test_ten_megabyte_answer_is_bounded(world: McpWorld) -> None:
     assert host.call(request("test.echo", {"message": "ok"})).ok
 
 
-def test_answer_over_host_output_budget_is_refused(world: McpWorld) -> None:
+def test_answer_under_both_budgets_passes_whole(world: McpWorld) -> None:
     host = world.open()
     result = host.call(request("test.big", {"bytes": 60 * 1024}))
     assert result.ok  # under both the source's 64 KiB and the host's 256 KiB budget
