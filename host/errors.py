@@ -40,7 +40,10 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── AuditUnavailable          AUDIT_UNAVAILABLE       the audit log cannot be written
     ├── RegistryUnavailable       REGISTRY_UNAVAILABLE    an OCI registry is unreachable, hangs or answers 5xx
     ├── RegistryRefused           REGISTRY_REFUSED        an OCI registry refused: not found, unauthorized
-    └── ArtifactInvalid           ARTIFACT_INVALID        an OCI artifact is not a Stockade bundle artifact
+    ├── ArtifactInvalid           ARTIFACT_INVALID        an OCI artifact is not a Stockade bundle artifact
+    ├── McpUnavailable            MCP_UNAVAILABLE         an MCP server crashed, broke JSON-RPC, cannot start
+    │   └── McpTimeout            MCP_TIMEOUT             an MCP server did not answer within the call timeout
+    └── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
 ``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
@@ -76,6 +79,9 @@ __all__ = [
     "LockInvalid",
     "LockRollback",
     "ManifestInvalid",
+    "McpTimeout",
+    "McpToolChanged",
+    "McpUnavailable",
     "OutputInvalid",
     "PolicyDenied",
     "PolicyUnavailable",
@@ -410,6 +416,31 @@ class ArtifactInvalid(StockadeError):
 
     code = "ARTIFACT_INVALID"
     default_hint = "Push the bundle with `stockade push`; other artifacts are refused."
+
+
+class McpUnavailable(StockadeError):
+    """An external MCP server cannot start, crashed, hung up, sent a message over its size
+    limit or malformed JSON-RPC (``details["reason"]``); its process group was killed and
+    the next call restarts it (with backoff after repeated failures)."""
+
+    code = "MCP_UNAVAILABLE"
+    default_hint = "Retry later; if it persists, read the server's stderr and check its declaration."
+
+
+class McpTimeout(McpUnavailable):
+    """An external MCP server did not answer within the source's ``call_timeout_ms``; it was
+    killed (a wedged server is never reused) and is restarted on the next call."""
+
+    code = "MCP_TIMEOUT"
+    default_hint = "Retry; raise limits.call_timeout_ms in the declaration and re-pin if the tool is slow."
+
+
+class McpToolChanged(StockadeError):
+    """The live definition of an MCP tool (description, schemas, annotations) differs from
+    the pinned one — a possible rug pull — so it is not offered; ``details["diff"]`` says what."""
+
+    code = "MCP_TOOL_CHANGED"
+    default_hint = "Review the change (`stockade diff`) and re-pin with `stockade lock add-mcp`."
 
 
 def all_error_classes() -> tuple[type[StockadeError], ...]:

@@ -58,6 +58,9 @@ from host.errors import (
     StockadeError,
 )
 from host.lock import LockState, TrustedKeys, load_lock
+from host.mcpsource import hosting as mcp_hosting
+from host.mcpsource.pin import load_pinned_sources
+from host.mcpsource.source import McpSource
 from host.plan import Approval, ApprovalAuthority, CallRequest, InvocationPlan, prepare
 from host.policy.engine import PolicyEngine
 from host.policy.grants import SessionGrants
@@ -65,7 +68,7 @@ from host.policy.toolpolicy import ToolPolicyStore
 from host.ratelimit import RateLimiter
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
-from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits
+from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
 
@@ -158,6 +161,7 @@ class Host:
         generation: int,
         transport_factory: TransportFactory | None,
         owns_audit: bool,
+        mcp_sources: Mapping[str, McpSource] | None = None,
     ) -> None:
         """:meta private:"""
         self.config = config
@@ -177,6 +181,7 @@ class Host:
         self._transport_factory = transport_factory
         self._closed = threading.Event()
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
+        self._mcp = dict(mcp_sources or {})
 
     # -- opening -----------------------------------------------------------------------
 
@@ -199,6 +204,11 @@ class Host:
 
         The lock's generation is accepted into ``config.state_dir`` only after every
         digest, signature, manifest and component check passed.
+
+        MCP sources the lock pins (``host.mcpsource``) are verified with it; their
+        servers are started after the lock is accepted and their live tools compared with
+        the pins (a changed or new tool is not offered). A server that fails to start does
+        not fail ``open``: it is audited (``mcp.unavailable``) and retried on the first call.
 
         Args:
             lock: path of ``stockade.lock``.
@@ -228,8 +238,13 @@ class Host:
         loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
         # Opened after the lock verified: a refused lock (e.g. BUNDLE_MISSING) leaves no
         # audit writer open, so the same process can fetch and open again.
+        pinned = load_pinned_sources(
+            Path(lock), loaded.lock.mcp, ceilings=config.ceilings,
+            require_signatures=config.require_signatures, keys=keys,
+        )
         log = audit if isinstance(audit, AuditLog) else _open_audit(Path(audit), config)
         runtime = Runtime(config)
+        sources: dict[str, McpSource] = {}
         try:
             items = [(p.binding.package, p.module_bytes, p.binding.module_sha256) for p in loaded.packages]
             components = runtime.load_many(items, progress=progress)
@@ -238,7 +253,10 @@ class Host:
                 http = locked.manifest.http
                 allow = EgressPolicy.from_allow(http.allow) if http is not None and http.allow else None
                 packages[locked.binding.package] = _Package(component, allow)
-            registry = FrozenRegistry.from_packages((p.manifest, p.binding) for p in loaded.packages)
+            registry = FrozenRegistry.from_packages([
+                *((p.manifest, p.binding) for p in loaded.packages),
+                *mcp_hosting.registry_items(pinned, loaded.generation),
+            ])
             check_model_names(registry)  # no tool may vanish behind another's model-facing name
             state = LockState(config.state_dir)
             overridden = state.accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
@@ -254,7 +272,12 @@ class Host:
                     "unsafe_allow_loopback": config.unsafe_allow_loopback,
                 },
             )
+            sources = mcp_hosting.start_sources(
+                pinned, state_dir=config.state_dir, secrets=secrets, audit=log
+            )
         except BaseException:
+            for source in sources.values():
+                source.close()
             runtime.close()
             if not isinstance(audit, AuditLog):
                 log.close()
@@ -275,6 +298,7 @@ class Host:
             generation=loaded.generation,
             transport_factory=transport_factory,
             owns_audit=not isinstance(audit, AuditLog),
+            mcp_sources=sources,
         )
 
     # -- the pipeline --------------------------------------------------------------------
@@ -415,7 +439,16 @@ class Host:
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
         """Model-facing tool schemas from the registry (``openai``, ``anthropic`` or ``mcp``)."""
-        return tool_schemas(self.registry, format)
+        return tool_schemas([t for t in self.registry if self._offered(t)], format)
+
+    def _offered(self, tool: ToolDefinition) -> bool:
+        """A pinned MCP tool is offered only while its live definition matches the pin."""
+        source = self._mcp.get(tool.binding.package)
+        return source is None or tool.name in source.offered
+
+    def mcp_drift(self) -> list[dict[str, Any]]:
+        """Every difference between a connected MCP server's tools and its pin (issue 15)."""
+        return [d.to_dict() for source in self._mcp.values() for d in source.drift]
 
     def resolve_tool(self, format: ToolFormat, name: str) -> tuple[str, str]:
         """Map the name a model used (as offered by :meth:`tools`) to the exact (tool, version).
@@ -471,16 +504,19 @@ class Host:
             if cancel is not None and cancel.is_set():
                 raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
             report("sandbox_started", {"tool": tool.name})
-            result = self._runtime.run(
-                self._packages[tool.binding.package].component,
-                tool=tool.name,
-                input_json=plan.canonical_input.decode("utf-8"),
-                limits=limits,
-                egress=egress if report is _no_progress else _ReportingEgress(egress, report),
-                secret_available=staged.__contains__,
-                scrub=redactor.text,
-                interrupt=cancel,
-            )
+            if tool.binding.package in self._mcp:
+                result = self._mcp_invoke(tool, plan, limits)
+            else:
+                result = self._runtime.run(
+                    self._packages[tool.binding.package].component,
+                    tool=tool.name,
+                    input_json=plan.canonical_input.decode("utf-8"),
+                    limits=limits,
+                    egress=egress if report is _no_progress else _ReportingEgress(egress, report),
+                    secret_available=staged.__contains__,
+                    scrub=redactor.text,
+                    interrupt=cancel,
+                )
             output = self._output(tool, result.output, redactor)
         except StockadeError as exc:
             usage = self._usage(started, egress, exc.details.get("usage"))
@@ -513,7 +549,13 @@ class Host:
             action_digest=plan.action_digest,
         )
 
+    def _mcp_invoke(self, tool: ToolDefinition, plan: InvocationPlan, limits: SandboxLimits) -> SandboxResult:
+        source = self._mcp[tool.binding.package]
+        return mcp_hosting.invoke(source, tool.name, plan.canonical_input, timeout_s=limits.timeout_ms / 1000)
+
     def _stage_secrets(self, plan: InvocationPlan, tool: ToolDefinition) -> dict[str, SecretValue]:
+        if (source := self._mcp.get(tool.binding.package)) is not None:
+            return source.staged_secrets()  # what the server process received, for scrubbing
         http = tool.package.http
         if http is None or not http.credentials:
             return {}
@@ -539,9 +581,9 @@ class Host:
     def _egress(
         self, tool: ToolDefinition, staged: Mapping[str, SecretValue], redactor: Redactor, started: float
     ) -> EgressPort:
-        package = self._packages[tool.binding.package]
+        package = self._packages.get(tool.binding.package)
         http = tool.package.http
-        if http is None or package.egress_policy is None:
+        if http is None or package is None or package.egress_policy is None:
             return DenyAllEgress()
         return EgressSession(
             http,
@@ -704,6 +746,8 @@ class Host:
         host opened itself. Idempotent."""
         if not self._closed.is_set():
             self._closed.set()
+            for source in self._mcp.values():
+                source.close()
             self._runtime.close()
             if self._owns_audit:
                 self._audit.close()

@@ -90,6 +90,7 @@ from host.errors import (
 )
 from host.lockstate import MAX_GENERATION_STEP, AcceptedState, LockState, semver_precedence
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest, is_name, is_semver
+from host.mcpsource.pin import McpLockEntry, namespaces_conflict
 from host.registry import Binding, FrozenRegistry
 from host.signing import (
     KEYS_FORMAT,
@@ -210,6 +211,8 @@ class PackageLock(_Model):
     previous: Sha256Hex | None
     packages: Annotated[tuple[LockEntry, ...], Field(max_length=MAX_PACKAGES)]
     signature: LockSignature | None = None
+    # External MCP sources (host.mcpsource.pin); omitted when empty so older locks keep their digest.
+    mcp: Annotated[tuple[McpLockEntry, ...], Field(max_length=MAX_PACKAGES)] = ()
 
     @model_validator(mode="after")
     def _check_chain_and_names(self) -> PackageLock:
@@ -219,7 +222,15 @@ class PackageLock(_Model):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"package listed twice: {', '.join(duplicates)}")
+        _check_source_namespaces(names, [entry.name for entry in self.mcp])
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_mcp(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        if not self.mcp:
+            data.pop("mcp", None)
+        return data
 
     @classmethod
     def from_json(cls, data: bytes) -> PackageLock:
@@ -261,6 +272,15 @@ class PackageLock(_Model):
     def statement(self) -> bytes:
         """The bytes a lock signature covers (:func:`host.signing.lock_statement` of the body)."""
         return lock_statement(self.body())
+
+
+def _check_source_namespaces(packages: list[str], sources: list[str]) -> None:
+    """An MCP source may not share a tool namespace with a package or another source
+    (``tracker`` and ``tracker.x`` overlap), so no source can shadow another's tools."""
+    for index, source in enumerate(sources):
+        for other in (*packages, *sources[:index]):
+            if namespaces_conflict(source, other):
+                raise ValueError(f"MCP source {source!r} would shadow the tools of {other!r}")
 
 
 def _problems(exc: ValidationError) -> list[dict[str, str]]:

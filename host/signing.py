@@ -13,7 +13,9 @@ Definitions (stable; authors' tools and reviewers rely on them):
     (``format``, ``generation``, ``previous``, ``packages``) plus ``"statement"``,
     made by an operator key;
   - ``"stockade/audit-checkpoint@1"``: audit checkpoints (:mod:`host.audit`, signed by
-    the host's audit key).
+    the host's audit key);
+  - ``"stockade/mcp-source@1"``: an external MCP source's pin
+    (:func:`host.mcpsource.pin.source_statement`).
 
   Because the tag is inside the signed bytes, a signature made for one purpose never
   verifies as another (issue 9.5 d), even when one key is trusted for both.
@@ -70,7 +72,10 @@ MAX_KEYS: Final = 256  # trusted keys in one file
 STATEMENT_PACKAGE: Final = "stockade/package@1"
 STATEMENT_LOCK: Final = "stockade/lock@1"
 STATEMENT_AUDIT_CHECKPOINT: Final = "stockade/audit-checkpoint@1"
-STATEMENT_TAGS: Final = frozenset({STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT})
+STATEMENT_MCP_SOURCE: Final = "stockade/mcp-source@1"
+STATEMENT_TAGS: Final = frozenset(
+    {STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT, STATEMENT_MCP_SOURCE}
+)
 """Every domain tag a Stockade signature may carry (DESIGN §12); others are refused."""
 
 
@@ -329,6 +334,22 @@ class TrustedKeys:
             raise SignatureInvalid(
                 f"signature of {who} does not verify with key {key_id}", hint=hint, key_id=key_id, **details
             ) from None
+
+    def verify_statement(self, statement: bytes, *, signature: str, key_id: str, what: str) -> None:
+        """Verify a signature over ``statement`` (already domain-tagged by its caller).
+
+        Used for MCP source pins (:func:`host.mcpsource.pin.source_statement`).
+
+        Raises:
+            SignatureInvalid: unknown key id, or the signature does not verify.
+        """
+        key = self._keys.get(key_id)
+        if key is None:
+            raise SignatureInvalid(f"{what} is signed by key {key_id[:40]}, which is not a trusted key")
+        try:
+            key.verify(_decode_b64(signature, 64, "signature"), statement)
+        except (InvalidSignature, ValueError):
+            raise SignatureInvalid(f"signature of {what} does not verify with key {key_id}") from None
 
 
 def _first_problem(exc: InputInvalid | ValidationError) -> str:

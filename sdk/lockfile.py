@@ -38,13 +38,24 @@ from pydantic import ValidationError
 
 from host._files import atomic_write, read_regular
 from host.bundlestore import OciSource
+from host.canonical import sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ComponentRefused, LockInvalid
 from host.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for, lock_statement
+from host.mcpsource.pin import McpLockEntry, McpPin, source_statement
 from sdk.bundle import Bundle, load_private_key, read_bundle, sign_package
 from sdk.review import component_report
 
-__all__ = ["LockUpdate", "add_package", "check_bundle_component", "read_lock", "remove_package", "sign_lock"]
+__all__ = [
+    "LockUpdate",
+    "McpUpdate",
+    "add_mcp",
+    "add_package",
+    "check_bundle_component",
+    "read_lock",
+    "remove_package",
+    "sign_lock",
+]
 
 _Key = bytes | Ed25519PrivateKey
 
@@ -121,15 +132,22 @@ def _write(path: Path, body: dict[str, Any], operator_key: _Key | None) -> Packa
 
 
 def _write_next(
-    path: Path, current: PackageLock | None, packages: list[LockEntry], operator_key: _Key | None
+    path: Path,
+    current: PackageLock | None,
+    packages: list[LockEntry],
+    operator_key: _Key | None,
+    mcp: list[McpLockEntry] | None = None,
 ) -> tuple[PackageLock, str | None]:
     previous = current.digest() if current is not None else None
-    body = {
+    body: dict[str, Any] = {
         "format": LOCK_FORMAT,
         "generation": current.generation + 1 if current is not None else 1,
         "previous": previous,
         "packages": [entry.model_dump(mode="json") for entry in packages],
     }
+    sources = mcp if mcp is not None else list(current.mcp) if current is not None else []
+    if sources:  # MCP sources survive every package edit (issue 15)
+        body["mcp"] = [entry.model_dump(mode="json") for entry in sources]
     return _write(path, body, operator_key), previous
 
 
@@ -303,3 +321,62 @@ def sign_lock(lock_path: Path, operator_key: _Key) -> LockUpdate:
     current = _require(lock_path)
     lock = _write(lock_path, current.body(), operator_key)
     return _update(lock_path, current, lock, current.previous)
+
+
+@dataclass(frozen=True, slots=True)
+class McpUpdate:
+    """The result of pinning an MCP source: the lock written, its entry and the one replaced."""
+
+    path: Path
+    generation: int
+    digest: str
+    previous: str | None
+    entry: McpLockEntry
+    replaced: McpLockEntry | None
+
+
+def add_mcp(
+    lock_path: Path, pin: McpPin, *, private_key: bytes | Ed25519PrivateKey | None = None
+) -> McpUpdate:
+    """Write ``pin`` next to the lock (``mcp/<name>.json``) and add or replace its entry.
+
+    The entry pins the file's sha256 and, with ``private_key``, is signed over
+    :func:`host.mcpsource.pin.source_statement` (tag ``stockade/mcp-source@1``).
+
+    Raises:
+        LockInvalid: the lock is invalid, or the source's name overlaps a package's or
+            another source's namespace.
+        ValueError: ``private_key`` is not an Ed25519 private key.
+    """
+    lock_path = Path(lock_path)
+    current = read_lock(lock_path)
+    name, version = pin.source.name, pin.source.version
+    relative = f"mcp/{name}.json"
+    data = pin.to_json()
+    digest = sha256_hex(data)
+    signature = key_id = None
+    if private_key is not None:
+        key = load_private_key(private_key)
+        public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        signature = base64.b64encode(key.sign(source_statement(name, version, digest))).decode("ascii")
+        key_id = key_id_for(public)
+    entry = McpLockEntry(
+        name=name, version=version, pin=relative, pin_sha256=digest, signature=signature, key_id=key_id
+    )
+    sources = list(current.mcp) if current is not None else []
+    replaced = next((m for m in sources if m.name == name), None)
+    sources = [entry if m.name == name else m for m in sources] if replaced else [*sources, entry]
+    packages = list(current.packages) if current is not None else []
+    target = lock_path.resolve().parent / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Validate the next lock before writing the pin, so a refused name leaves no file behind.
+    try:
+        PackageLock(
+            format=LOCK_FORMAT, generation=1, previous=None, packages=tuple(packages), mcp=tuple(sources)
+        )
+    except ValidationError as exc:
+        message = str(exc.errors(include_url=False, include_input=False)[0]["msg"])
+        raise LockInvalid(f"cannot pin MCP source {name}: {message.removeprefix('Value error, ')}") from None
+    atomic_write(target, data, mode=0o644)
+    lock, previous = _write_next(lock_path, current, packages, None, sources)
+    return McpUpdate(lock_path, lock.generation, lock.digest(), previous, entry, replaced)

@@ -57,11 +57,13 @@ from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
 from host.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.manifest import PackageManifest, ToolSpec
+from host.mcpsource.pin import PinnedSource
 from host.runtime.binary import census, check_header
 from host.runtime.checks import check_component
 from host.runtime.engine import ENGINE_SETTINGS
 from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
+from sdk.mcpreview import mcp_changes, mcp_report, pinned_sources
 
 __all__ = [
     "Change",
@@ -197,6 +199,7 @@ def diff_locks(
     changes: list[Change] = []
     for name in sorted(olds.keys() | news.keys()):
         changes.extend(_package_changes(name, olds.get(name), news.get(name)))
+    changes.extend(mcp_changes(_sources(old, keys, ceilings), _sources(new, keys, ceilings)))
     return LockDiff(old=_side(old), new=_side(new), changes=tuple(changes))
 
 
@@ -208,6 +211,10 @@ def _by_name(loaded: LoadedLock) -> dict[str, _Pkg]:
         entry.name: (entry, package)
         for entry, package in zip(loaded.lock.packages, loaded.packages, strict=True)
     }
+
+
+def _sources(loaded: LoadedLock, keys: TrustedKeys | None, ceilings: Ceilings) -> tuple[PinnedSource, ...]:
+    return pinned_sources(loaded.path, loaded.lock, keys=keys, require_signatures=False, ceilings=ceilings)
 
 
 def _side(loaded: LoadedLock) -> LockSide:
@@ -484,6 +491,10 @@ def lock_report(
         "digest": loaded.digest,
         "previous": loaded.previous,
         "packages": packages,
+        "mcp": mcp_report(pinned_sources(
+            loaded.path, loaded.lock, keys=TrustedKeys.load(trusted_keys) if isinstance(trusted_keys, Path)
+            else trusted_keys, require_signatures=require_signatures, ceilings=ceilings,
+        )),
     }
 
 

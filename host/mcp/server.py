@@ -61,7 +61,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from host.adapters.schemas import mcp_annotations, tool_schemas
+from host.adapters.schemas import mcp_annotations
 from host.approvals import ApprovalQueue
 from host.audit import redact_params
 from host.canonical import canonical_json
@@ -257,7 +257,7 @@ class StockadeMCP:
         slot = self._acquire()
         try:
             host = slot.host
-            tools = [self._tool(host, entry) for entry in tool_schemas(host.registry, "mcp")]
+            tools = [self._tool(host, entry) for entry in host.tools("mcp")]  # withheld MCP tools stay out
             visible = [t for t, d in tools if not self._hidden(host, principal, d)]
         finally:
             self._release(slot)

@@ -35,6 +35,7 @@ from rich.table import Table
 
 from host.errors import ComponentRefused
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, cell, print_json, stderr_console, stdout_console
+from sdk.commands.lockmcp import render_mcp_source
 from sdk.review import bundle_report, lock_report
 
 _LIMIT_UNITS = {
@@ -128,6 +129,8 @@ def render(report: Mapping[str, Any], console: Console) -> None:
         console.print(f"  digest   {report['digest']}\n  previous {report['previous']}")
     for package in report["packages"]:
         _render_package(package, console)
+    for source in report.get("mcp", []):
+        render_mcp_source(source, console)
 
 
 def _render_package(p: Mapping[str, Any], console: Console) -> None:

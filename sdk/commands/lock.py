@@ -42,6 +42,7 @@ from sdk.commands._common import (
     stderr_console,
 )
 from sdk.commands._registry import add_registry_options, add_verify_options
+from sdk.commands.lockmcp import register_add_mcp
 from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
 from sdk.lockfile import LockUpdate, add_package, remove_package, sign_lock
@@ -147,6 +148,7 @@ def register(sub: Any) -> None:
         "(read only)",
     )
     verify.set_defaults(func=run_verify)
+    register_add_mcp(inner)
 
 
 def _lock_and_json(parser: argparse.ArgumentParser) -> None:

@@ -42,6 +42,9 @@ PINNED_CODES = {
     "RegistryUnavailable": "REGISTRY_UNAVAILABLE",
     "RegistryRefused": "REGISTRY_REFUSED",
     "ArtifactInvalid": "ARTIFACT_INVALID",
+    "McpUnavailable": "MCP_UNAVAILABLE",
+    "McpTimeout": "MCP_TIMEOUT",
+    "McpToolChanged": "MCP_TOOL_CHANGED",
 }
 
 

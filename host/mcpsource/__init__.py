@@ -1,0 +1,10 @@
+"""External MCP servers as a governed tool source (DESIGN §12, issue 15).
+
+- :mod:`host.mcpsource.pin`: the ``stockade.mcp/1`` declaration, the
+  ``stockade.mcp-pin/1`` pin, the lock entry and their verification;
+- :mod:`host.mcpsource.stdio`: the bounded JSON-RPC client and the isolated spawn;
+- :mod:`host.mcpsource.source`: one source at run time (rug-pull check, calls, restarts).
+
+The :class:`host.Host` is still the one entry point: a pinned tool is an ordinary
+registry entry, and a call to it runs the whole pipeline of DESIGN §6.
+"""

@@ -1,0 +1,62 @@
+"""Wiring pinned MCP sources into a :class:`host.Host` (kept out of ``gateway.py``).
+
+:func:`registry_items` turns verified sources into (manifest, binding) pairs for the
+frozen registry; :func:`start_sources` starts every server once at ``Host.open`` (a
+server that fails is recorded and retried on the first call); :func:`invoke` runs one
+call of a pinned tool and returns a :class:`~host.runtime.SandboxResult`, so the rest of
+the pipeline (output schema, budget, scrubbing, audit) is the one Wasm tools use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from host.audit import AuditLog
+from host.canonical import parse_json
+from host.manifest import PackageManifest
+from host.mcpsource.pin import PinnedSource
+from host.mcpsource.source import McpSource
+from host.registry import Binding
+from host.runtime import SandboxResult, SandboxUsage
+from host.secrets import SecretsStore
+
+__all__ = ["invoke", "registry_items", "start_sources"]
+
+
+def registry_items(
+    sources: Sequence[PinnedSource], generation: int
+) -> Iterator[tuple[PackageManifest, Binding]]:
+    """The registry entries of every pinned tool; the binding's module digest is the pin's."""
+    for source in sources:
+        entry = source.entry
+        digest = entry.pin_sha256
+        yield source.manifest, Binding(entry.name, entry.version, generation, digest, digest)
+
+
+def start_sources(
+    sources: Sequence[PinnedSource], *, state_dir: Path, secrets: SecretsStore | None, audit: AuditLog
+) -> dict[str, McpSource]:
+    """Start every source and run its rug-pull check (never raises for a failing server)."""
+    started: dict[str, McpSource] = {}
+    for pinned in sources:
+        source = McpSource(pinned, state_dir=state_dir, secrets=secrets, audit=audit)
+        source.connect()
+        started[source.name] = source
+    return started
+
+
+def invoke(source: McpSource, tool: str, canonical_input: bytes, *, timeout_s: float) -> SandboxResult:
+    """Call ``tool`` of ``source`` with the canonical input (already checked against the pin).
+
+    Raises:
+        McpToolChanged, McpTimeout, McpUnavailable, ToolFailed, OutputInvalid,
+        CredentialUnavailable: see :meth:`McpSource.call`.
+    """
+    started = time.monotonic()
+    arguments = parse_json(canonical_input)
+    output = source.call(tool, arguments if isinstance(arguments, Mapping) else {}, timeout_s=timeout_s)
+    wall_ms = (time.monotonic() - started) * 1000
+    usage = SandboxUsage(fuel_consumed=0, wall_ms=wall_ms, log_bytes=0, log_truncated=False)
+    return SandboxResult(output=output, log=(), usage=usage)

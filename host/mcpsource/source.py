@@ -1,0 +1,371 @@
+"""One pinned MCP source at run time: connect, compare with the pin, call, restart.
+
+:class:`McpSource` owns at most one server process (:class:`StdioConnection`). Every
+(re)connect lists the server's tools and compares each with its pin (rug-pull check,
+issue 15 item 2): a tool whose digest differs, or that disappeared, is withheld
+(calls fail MCP_TOOL_CHANGED), a tool the pin does not name is never offered, and the
+differences are kept in :attr:`McpSource.drift` and written to the audit log
+(``mcp.drift``). A server that failed is restarted on the next call: at once after the
+first failure, then with exponential backoff (0.5 s doubling, capped at 30 s) while
+failures repeat; a successful call resets it.
+
+Example::
+
+    source = McpSource(pinned, state_dir=d, secrets=store, audit=log)
+    source.connect()                      # never raises: failures are recorded
+    output_json = source.call("files.read", {"path": "a"}, timeout_s=5)
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, final
+
+from host.audit import AuditLog
+from host.canonical import canonical_json
+from host.errors import (
+    CredentialUnavailable,
+    McpTimeout,
+    McpToolChanged,
+    McpUnavailable,
+    OutputInvalid,
+    StockadeError,
+    ToolFailed,
+)
+from host.mcpsource.pin import (
+    McpDeclaration,
+    McpPin,
+    PinnedSource,
+    StdioTransport,
+    definition_of,
+    tool_digest,
+)
+from host.mcpsource.stdio import StdioConnection
+from host.redact import Redactor
+from host.secrets import SecretsStore, SecretValue
+
+__all__ = ["McpSource", "ToolDrift", "compare", "list_tools", "start_server"]
+
+MAX_LIST_PAGES: Final = 16  # tools/list pages read per connect
+BACKOFF_FIRST_S: Final = 0.5  # s, wait before the second consecutive restart
+BACKOFF_MAX_S: Final = 30.0  # s, longest wait between restarts
+_DIFF_CHARS: Final = 2000  # characters of one pinned/live value kept in a drift report
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ToolDrift:
+    """One difference between a server's live tool list and its pin.
+
+    ``change`` is ``changed`` (digest differs; ``fields`` names what), ``added`` (not
+    pinned: never offered) or ``removed`` (pinned, no longer listed).
+    """
+
+    source: str
+    name: str
+    change: str
+    fields: tuple[str, ...] = ()
+    pinned: Mapping[str, Any] | None = None
+    live: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (audit records, ``stockade diff``); values cut at 2000 characters."""
+        def cut(value: Any) -> Any:
+            text = canonical_json(value).decode("utf-8")
+            return value if len(text) <= _DIFF_CHARS else text[:_DIFF_CHARS] + "…"
+
+        return {
+            "source": self.source,
+            "tool": self.name,
+            "change": self.change,
+            "fields": list(self.fields),
+            "pinned": {k: cut(self.pinned.get(k)) for k in self.fields} if self.pinned else None,
+            "live": {k: cut(self.live.get(k)) for k in self.fields} if self.live else None,
+        }
+
+
+def compare(pin: McpPin, live_tools: list[Mapping[str, Any]]) -> tuple[set[str], list[ToolDrift]]:
+    """Which pinned tools the live list still matches (their Stockade names), and the drift."""
+    source = pin.source.name
+    live = {str(t.get("name")): definition_of(t) for t in live_tools}
+    offered: set[str] = set()
+    drift: list[ToolDrift] = []
+    for tool in pin.tools:
+        now = live.get(tool.name)
+        if now is None:
+            drift.append(ToolDrift(source, tool.name, "removed"))
+        elif tool_digest(now) != tool.digest:
+            fields = tuple(k for k in now if canonical_json(now[k]) != canonical_json(tool.definition.get(k)))
+            drift.append(ToolDrift(source, tool.name, "changed", fields, tool.definition, now))
+        else:
+            offered.add(tool.tool)
+    pinned_names = {t.name for t in pin.tools}
+    for name in sorted(set(live) - pinned_names):
+        drift.append(ToolDrift(source, name[:128], "added", tuple(live[name]), None, live[name]))
+    return offered, drift
+
+
+@final
+class McpSource:
+    """A pinned source and its (re)started server process.
+
+    Args:
+        pinned: the verified source from the lock.
+        state_dir: the host's state directory (private working dirs live under it).
+        secrets: the secrets store (the source's secrets are read under ``secrets_scope``).
+        audit: where connects, drift and restarts are recorded.
+        clock: monotonic clock (injectable for backoff tests).
+    """
+
+    def __init__(
+        self,
+        pinned: PinnedSource,
+        *,
+        state_dir: Path,
+        secrets: SecretsStore | None,
+        audit: AuditLog,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pinned = pinned
+        self.name = pinned.pin.source.name
+        self._decl = pinned.pin.source
+        self._remote = {t.tool: t.name for t in pinned.pin.tools}
+        self._state_dir = Path(state_dir)
+        self._secrets = secrets
+        self._audit = audit
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self._decl.limits.max_concurrent_calls)
+        self._conn: StdioConnection | None = None
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._staged: dict[str, SecretValue] = {}
+        self.offered: frozenset[str] = frozenset()
+        self.drift: tuple[ToolDrift, ...] = ()
+        self.connects = 0  # successful (re)starts of the server
+
+    # -- connecting -----------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Start the server (if not running) and compare its tools with the pin. Never raises;
+        a failure is audited and the next call retries."""
+        try:
+            self._ensure()
+        except StockadeError as exc:
+            record = {"source": self.name, "code": exc.code, "message": exc.message}
+            _append(self._audit, "mcp.unavailable", record)
+
+    def _ensure(self) -> StdioConnection:
+        with self._lock:
+            if self._conn is not None and self._conn.alive:
+                return self._conn
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            now = self._clock()
+            if now < self._next_attempt:
+                raise McpUnavailable(
+                    f"MCP source {self.name} failed {self._failures} time(s) in a row; next restart in "
+                    f"{self._next_attempt - now:.1f} s",
+                    source=self.name,
+                    reason="backoff",
+                    retry_after_s=round(self._next_attempt - now, 3),
+                )
+            try:
+                decl, state_dir = self._decl, self._state_dir
+                conn, self._staged = start_server(decl, state_dir=state_dir, secrets=self._secrets)
+                tools = list_tools(conn, self._decl)
+            except StockadeError:
+                self._failed()
+                raise
+            offered, drift = compare(self.pinned.pin, tools)
+            self._conn, self.offered, self.drift = conn, frozenset(offered), tuple(drift)
+            self.connects += 1
+            _append(self._audit, "mcp.connected", {
+                "source": self.name, "pid": conn.pid, "offered": sorted(offered),
+                "restart": self.connects > 1,
+            })
+            if drift:
+                # A hostile server may put the secrets it was given into a description.
+                scrub = Redactor(self._staged.values())
+                report = [scrub.json_value(d.to_dict()) for d in drift]
+                _append(self._audit, "mcp.drift", {"source": self.name, "drift": report})
+            return conn
+
+    def _failed(self) -> None:
+        self._failures += 1
+        wait = 0.0 if self._failures == 1 else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 2))
+        self._next_attempt = self._clock() + wait
+
+    # -- calling --------------------------------------------------------------------------
+
+    def staged_secrets(self) -> dict[str, SecretValue]:
+        """The secrets the running server received (for scrubbing answers and records)."""
+        return dict(self._staged)
+
+    def call(self, tool: str, arguments: Mapping[str, Any], *, timeout_s: float) -> str:
+        """Call one pinned tool; return its output as canonical JSON text.
+
+        Raises:
+            McpToolChanged: the tool is withheld (its live definition differs from the pin).
+            McpTimeout: no answer (or no free call slot) within ``timeout_s``.
+            McpUnavailable: the server cannot start, crashed, or broke the protocol.
+            ToolFailed: the server answered ``isError`` or a JSON-RPC error.
+            OutputInvalid: the answer is not a tool result, or holds non-text content for a
+                tool without an output schema, or lacks structured content for one with.
+            CredentialUnavailable: a declared secret is not stored.
+        """
+        if not self._slots.acquire(timeout=timeout_s):
+            raise McpTimeout(
+                f"MCP source {self.name} had no free call slot within {timeout_s:g} s "
+                f"(max_concurrent_calls {self._decl.limits.max_concurrent_calls})",
+                source=self.name, reason="busy",
+            )
+        try:
+            conn = self._ensure()  # a restart is bounded by startup_timeout_ms, not by timeout_s
+            deadline = time.monotonic() + timeout_s
+            if tool not in self.offered:
+                raise self._withheld(tool)
+            params = {"name": self._remote[tool], "arguments": dict(arguments)}
+            try:
+                result = conn.request("tools/call", params, timeout_s=max(0.001, deadline - time.monotonic()))
+            except McpUnavailable as exc:
+                if exc.details.get("reason") == "rpc_error":
+                    raise ToolFailed(exc.message, tool=tool) from None
+                with self._lock:
+                    self._failed()
+                raise
+            with self._lock:
+                self._failures = 0
+            return self._output(tool, result)
+        finally:
+            self._slots.release()
+
+    def _withheld(self, tool: str) -> McpToolChanged:
+        remote = self._remote.get(tool, tool)
+        found = [d.to_dict() for d in self.drift if d.name == remote]
+        return McpToolChanged(
+            f"MCP tool {tool} differs from its pin ({', '.join(found[0]['fields']) if found else 'gone'}); "
+            "it is withheld until a reviewer re-pins it",
+            tool=tool, diff=found,
+        )
+
+    def _output(self, tool: str, result: Any) -> str:
+        if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
+            raise OutputInvalid(f"MCP tool {tool} answered something that is not a tool result")
+        content = result.get("content", [])
+        if result.get("isError") is True:
+            raise ToolFailed(f"MCP tool {tool} failed: {_text(content)[:4000]}", tool=tool)
+        definition = next(t.definition for t in self.pinned.pin.tools if t.tool == tool)
+        if definition.get("outputSchema") is not None:
+            structured = result.get("structuredContent")
+            if structured is None:
+                raise OutputInvalid(f"MCP tool {tool} pins an output schema but sent no structuredContent")
+            return canonical_json(structured).decode("utf-8")
+        if any(not isinstance(b, dict) or b.get("type") != "text" for b in content):
+            raise OutputInvalid(f"MCP tool {tool} sent non-text content; only text is passed on")
+        return canonical_json({"text": _text(content)}).decode("utf-8")
+
+    def close(self) -> None:
+        """Kill the server's process group. Idempotent."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _text(content: list[Any]) -> str:
+    texts = (b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return "\n".join(str(text) for text in texts)
+
+
+def _append(audit: AuditLog, kind: str, payload: Mapping[str, Any]) -> None:
+    try:
+        audit.append(kind, payload)
+    except StockadeError:  # the call path refuses on audit failure; a connect record is best effort
+        pass
+
+
+def start_server(
+    decl: McpDeclaration, *, state_dir: Path, secrets: SecretsStore | None
+) -> tuple[StdioConnection, dict[str, SecretValue]]:
+    """Start a declared stdio server with its secrets; return it and the staged secrets.
+
+    Raises:
+        CredentialUnavailable: a declared secret is not stored under ``secrets_scope``.
+        McpUnavailable, McpTimeout: the server cannot start or finish the handshake.
+    """
+    transport = decl.transport
+    if not isinstance(transport, StdioTransport):
+        raise McpUnavailable(
+            f"MCP source {decl.name}: the http transport is not supported by this host yet",
+            source=decl.name, reason="unsupported_transport",
+        )
+    env = dict(decl.env)
+    staged = _stage(decl, secrets)
+    for item in decl.secrets:
+        if item.env is not None:
+            env[item.env] = staged[item.secret].reveal()
+    conn = StdioConnection(
+        name=decl.name,
+        command=transport.command,
+        args=transport.args,
+        env=env,
+        cwd=Path(transport.cwd) if transport.cwd else _workdir(state_dir, decl.name),
+        max_message_bytes=decl.limits.max_output_bytes,
+        memory_bytes=decl.limits.memory_bytes,
+        timeout_s=decl.limits.startup_timeout_ms / 1000,
+    )
+    return conn, staged
+
+
+def _stage(decl: McpDeclaration, secrets: SecretsStore | None) -> dict[str, SecretValue]:
+    names = [item.secret for item in decl.secrets]
+    scope = decl.secrets_scope
+    if not names or scope is None:
+        return {}
+    staged = secrets.stage(scope.project, scope.subject, names) if secrets else {}
+    missing = sorted(set(names) - set(staged))
+    if missing:
+        raise CredentialUnavailable(
+            f"MCP source {decl.name} needs secret {missing[0]!r}, which is not stored for "
+            f"{scope.subject!r} in {scope.project!r}",
+            secret=missing[0],
+        )
+    return staged
+
+
+def _workdir(state_dir: Path, name: str) -> Path:
+    """A fresh private working directory (0700) for each start."""
+    path = state_dir / "mcp" / name / "work"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def list_tools(conn: StdioConnection, decl: McpDeclaration) -> list[Mapping[str, Any]]:
+    """Every tool the server lists (at most 16 pages).
+
+    Raises:
+        McpUnavailable, McpTimeout: the server does not answer a tool list in time.
+    """
+    tools: list[Mapping[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = {"cursor": cursor} if cursor else {}
+        page = conn.request("tools/list", params, timeout_s=decl.limits.startup_timeout_ms / 1000)
+        if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
+            conn.close()
+            raise McpUnavailable(f"MCP source {decl.name} answered tools/list without a tool list",
+                                 source=decl.name, reason="malformed")
+        tools.extend(t for t in page["tools"] if isinstance(t, dict))
+        cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
+        if not cursor:
+            break
+    return tools

@@ -1,0 +1,183 @@
+"""``stockade lock add-mcp DECL.json``: pin an external MCP server into the lock (issue 15).
+
+Starts the server once exactly as a host would (scrubbed environment, private working
+directory, its own process group, secrets from the store under ``--state-dir``), lists
+its tools and pins each one — name, description, input and output schema, annotations
+— by digest into ``mcp/<name>.json`` next to the lock, as a new lock generation (signed
+with ``--key``). ``--review TOOL=EFFECT[:RISK]`` records the reviewer's effect
+(read, write, external, execute) and risk (low, medium, high) per tool; unreviewed tools
+are ``external``/``high`` (every call asks), and a re-pin keeps earlier reviews. Tools
+whose name or schema leave Stockade's rules are refused and listed. ``--dry-run`` writes
+nothing and shows how the live server differs from the current pin (the rug-pull check
+a host runs at open and at every restart).
+
+Exit codes: 0 pinned (or nothing changed on --dry-run), 1 refused, 3 --dry-run found drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from host._files import read_regular
+from host.errors import ManifestInvalid
+from host.manifest import Effect, Risk
+from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin
+from host.mcpsource.pinning import pin_source
+from sdk.commands._common import (
+    DEFAULT_LOCK,
+    EXIT_ESCALATION,
+    EXIT_OK,
+    CommandFailed,
+    add_state_dir,
+    cell,
+    open_secrets,
+    print_json,
+    state_dir,
+    stdout_console,
+)
+from sdk.commands.sign import load_key
+from sdk.lockfile import add_mcp, read_lock
+from sdk.mcpreview import live_drift
+
+__all__ = ["register_add_mcp"]
+
+
+def register_add_mcp(inner: Any) -> None:
+    """Add ``lock add-mcp`` to the ``lock`` subcommand's actions."""
+    parser = inner.add_parser(
+        "add-mcp",
+        help="pin an external MCP server's tools (a new generation)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("declaration", type=Path, metavar="DECL.json", help="a stockade.mcp/1 declaration")
+    parser.add_argument(
+        "--review", action="append", default=[], metavar="TOOL=EFFECT[:RISK]",
+        help="the reviewer's effect and risk of one tool (server name), e.g. search=read:low",
+    )
+    parser.add_argument(
+        "--key", type=Path, default=None, metavar="KEY.pem", help="sign the entry with this key"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="show drift from the current pin; write nothing"
+    )
+    parser.add_argument(
+        "--lock", type=Path, default=DEFAULT_LOCK, help="lock file (default: ./stockade.lock)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_state_dir(parser)
+    parser.set_defaults(func=run_add_mcp)
+
+
+def _reviews(items: list[str]) -> dict[str, tuple[Effect, Risk]]:
+    reviews: dict[str, tuple[Effect, Risk]] = {}
+    for item in items:
+        name, _, verdict = item.partition("=")
+        effect, _, risk = verdict.partition(":")
+        try:
+            reviews[name] = (Effect(effect), Risk(risk or "high"))
+        except ValueError:
+            raise CommandFailed(
+                "USAGE", f"--review {item!r}: expected TOOL=EFFECT[:RISK]",
+                hint="effects: read, write, external, execute; risks: low, medium, high",
+            ) from None
+    return reviews
+
+
+def _current_pin(lock_path: Path, name: str) -> McpPin | None:
+    lock = read_lock(lock_path)
+    entry = next((m for m in lock.mcp if m.name == name), None) if lock is not None else None
+    if entry is None:
+        return None
+    try:
+        path = lock_path.resolve().parent / entry.pin
+        data = read_regular(path, 1024 * 1024, what="MCP pin", error=ManifestInvalid)
+        return McpPin.from_json(data)
+    except ManifestInvalid:
+        return None
+
+
+def run_add_mcp(args: argparse.Namespace) -> int:
+    """Pin (or, with --dry-run, compare) one MCP source."""
+    decl = McpDeclaration.from_json(
+        read_regular(args.declaration, MAX_DECLARATION_BYTES, what="MCP declaration", error=ManifestInvalid)
+    )
+    root = state_dir(args)
+    secrets = open_secrets(root)
+    current = _current_pin(args.lock, decl.name)
+    if args.dry_run:
+        drift = live_drift(decl, current or McpPin(format="stockade.mcp-pin/1", source=decl, tools=()),
+                           state_dir=root, secrets=secrets)
+        rows = [d.to_dict() for d in drift]
+        if args.json:
+            print_json({"ok": True, "source": decl.name, "pinned": current is not None, "drift": rows})
+        else:
+            _print_drift(decl.name, rows)
+        return EXIT_ESCALATION if rows else EXIT_OK
+    reviews = {t.name: (t.effect, t.risk) for t in current.tools} if current is not None else {}
+    reviews |= _reviews(args.review)
+    try:
+        result = pin_source(decl, state_dir=root, secrets=secrets, review=reviews)
+    except ValueError as exc:
+        raise CommandFailed("USAGE", str(exc)) from None
+    key = load_key(args.key) if args.key else None
+    update = add_mcp(args.lock, result.pin, private_key=key)
+    tools = [{"tool": t.tool, "effect": t.effect.value, "risk": t.risk.value, "digest": t.digest}
+             for t in result.pin.tools]
+    if args.json:
+        print_json({"ok": True, "lock": str(update.path), "generation": update.generation,
+                    "digest": update.digest, "entry": update.entry.model_dump(mode="json"),
+                    "tools": tools, "refused": list(result.refused)})
+        return EXIT_OK
+    console = stdout_console()
+    console.print(f"pinned MCP source {cell(decl.name)}@{decl.version}: {update.path} is now "
+                  f"generation {update.generation}")
+    console.print(f"  pin       {update.entry.pin} (sha256 {update.entry.pin_sha256})")
+    console.print(f"  signed    {'by key ' + update.entry.key_id if update.entry.key_id else 'no'}")
+    for t in tools:
+        console.print(f"  tool      {cell(t['tool'])}  effect {t['effect']}, risk {t['risk']}")
+    for r in result.refused:
+        console.print(f"  [yellow]refused[/]   {cell(r['name'])}: {cell(r['reason'])}")
+    return EXIT_OK
+
+
+def _print_drift(name: str, rows: list[dict[str, Any]]) -> None:
+    console = stdout_console()
+    if not rows:
+        console.print(f"MCP source {cell(name)}: the live tools match the pin")
+        return
+    for row in rows:
+        fields = cell(", ".join(row["fields"]))
+        console.print(f"[bold red]{row['change']}[/] {cell(name)}.{cell(row['tool'])} {fields}")
+        for field in row["fields"]:
+            if row["pinned"] is not None:
+                console.print(f"  - pinned {field}: {cell(row['pinned'].get(field))}")
+            if row["live"] is not None:
+                console.print(f"  + live   {field}: {cell(row['live'].get(field))}")
+
+
+def render_mcp_source(source: dict[str, Any], console: Any) -> None:
+    """Print one MCP source of an inspect report (``stockade inspect LOCK``)."""
+    from rich.table import Table  # noqa: PLC0415 - only the inspect report needs rich tables
+
+    title = f"MCP source {cell(source['name'])}@{source['version']}"
+    console.rule(f"[bold]{title}[/] (a native process, not a sandbox)")
+    transport = source["transport"]
+    stdio = transport["type"] == "stdio"
+    where = " ".join([transport["command"], *transport["args"]]) if stdio else transport["url"]
+    signed = f"key {source['signature']['key_id']}" if source["signature"]["signed"] else "unsigned"
+    console.print(f"pin {cell(source['pin'])} sha256 {source['pin_sha256']} ({signed})")
+    console.print(f"{transport['type']}: {cell(where)}")
+    console.print(f"environment: {cell(', '.join(source['env']) or '(none)')}")
+    for s in source["secrets"]:
+        console.print(f"secret {cell(s['secret'])} → {cell(s['delivered_as'])}")
+    limits = ", ".join(f"{k}={v}" for k, v in source["limits"].items())
+    console.print(f"limits: {cell(limits)}")
+    table = Table(title="pinned tools", title_justify="left", show_lines=True)
+    for column in ("tool", "effect", "risk", "digest", "description"):
+        table.add_column(column, overflow="fold")
+    for t in source["tools"]:
+        table.add_row(cell(t["name"]), t["effect"], t["risk"], t["digest"][:16], cell(t["description"]))
+    console.print(table)
