@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import wasmtime
 from wasmtime import component as wc
@@ -34,7 +34,17 @@ from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.runtime.calllog import CallLog
 from host.runtime.models import LogLevel
 
-__all__ = ["HOST_INTERFACE", "CallContext", "activate", "build_linker", "deactivate"]
+if TYPE_CHECKING:
+    from host.runtime.clock import ClockBridge
+
+__all__ = [
+    "HOST_INTERFACE",
+    "CallContext",
+    "activate",
+    "build_linker",
+    "current_context",
+    "deactivate",
+]
 
 HOST_INTERFACE: Final = "stockade:plugin/host@1.0.0"
 """The name the host functions are linked under; wasmtime matches any 1.x import to it."""
@@ -51,16 +61,40 @@ class CallContext:
         egress: the call's egress port.
         secret_available: whether a secret is staged for this call (never its value).
         log: the call's bounded log.
+        deadline_ns: the call's deadline on ``time.monotonic_ns()``'s clock.
+        clock: the clock bridge (:mod:`host.runtime.clock`) for guests that use WASI.
     """
 
-    __slots__ = ("egress", "fatal", "host_failure", "log", "secret_available")
+    __slots__ = (
+        "clock",
+        "clock_subscribe",
+        "clock_subscriptions",
+        "deadline_hit",
+        "deadline_ns",
+        "egress",
+        "fatal",
+        "host_failure",
+        "log",
+        "secret_available",
+    )
 
     def __init__(
-        self, egress: EgressPort, secret_available: Callable[[str], bool], log: CallLog
+        self,
+        egress: EgressPort,
+        secret_available: Callable[[str], bool],
+        log: CallLog,
+        *,
+        deadline_ns: int,
+        clock: ClockBridge | None = None,
     ) -> None:
         self.egress = egress
         self.secret_available = secret_available
         self.log = log
+        self.deadline_ns = deadline_ns
+        self.clock = clock
+        self.clock_subscribe: wc.Func | None = None
+        self.clock_subscriptions = 0
+        self.deadline_hit = False
         self.host_failure: tuple[str, Exception] | None = None
         self.fatal: BaseException | None = None
 
@@ -78,6 +112,12 @@ def activate(context: CallContext) -> CallContext | None:
 def deactivate(previous: CallContext | None) -> None:
     """Restore the context :func:`activate` replaced."""
     _active.context = previous
+
+
+def current_context() -> CallContext | None:
+    """The context of the call running on this thread, if any."""
+    context: CallContext | None = getattr(_active, "context", None)
+    return context
 
 
 def build_linker(engine: wasmtime.Engine) -> wc.Linker:

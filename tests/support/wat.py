@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "ECHO_WAT",
     "HOST_FUNCS",
+    "WAIT_KINDS",
     "WASI_FUNCS",
     "aggregate_memory_bomb_component",
     "core_module",
@@ -62,6 +63,7 @@ __all__ = [
     "table_bomb_component",
     "tool_error_component",
     "unreachable_component",
+    "wasi_wait_component",
     "wrong_call_component",
 ]
 
@@ -536,6 +538,147 @@ def stream_component(text: str, *, writes: int = 1, stream: str = "stdout", then
     (with "wasi" (instance (export "get-stream" (func $get-stream-core)) (export "write" (func $write-core))))))
   (func $call {CALL_TYPE}
     (canon lift (core func $main "call") (memory (core memory $mem "mem")) (realloc (core func $mem "realloc"))))
+  (export "call" (func $call))
+)""")
+
+
+WAIT_KINDS = ("block", "poll", "instant", "stdin-read", "stdin-block", "stdout-block", "flood")
+"""The ways :func:`wasi_wait_component` waits inside WASI."""
+
+
+def wasi_wait_component(
+    kind: str, *, seconds: float = 8.0, wasi_version: str = "0.2.0", times: int = 1
+) -> bytes:
+    """Waits inside a WASI host function, then returns "woke" (no epoch check after).
+
+    Args:
+        kind: ``block`` — ``monotonic-clock.subscribe-duration(seconds)`` then
+            ``[method]pollable.block`` (the issue-9 sleep); ``poll`` — the same
+            pollable through ``wasi:io/poll.poll``; ``instant`` —
+            ``subscribe-instant(now + seconds)`` then ``block``; ``stdin-read`` —
+            ``[method]input-stream.blocking-read`` of stdin; ``stdin-block`` — stdin's
+            ``subscribe`` then ``block``; ``stdout-block`` — stdout's ``subscribe`` then
+            ``block``.
+        seconds: how long the clock kinds ask to sleep.
+        wasi_version: the WASI 0.2.x version the imports name.
+    """
+    if kind not in WAIT_KINDS:
+        raise ValueError(kind)
+    ns = int(seconds * 1e9)
+    v = wasi_version
+    bodies = {
+        "block": f"(local.set $p (call $subscribe_duration (i64.const {ns}))) (call $block (local.get $p))",
+        "poll": f"""(local.set $p (call $subscribe_duration (i64.const {ns})))
+            (i32.store (i32.const 256) (local.get $p))
+            (call $poll (i32.const 256) (i32.const 1) (i32.const 264))""",
+        "instant": f"""(local.set $p (call $subscribe_instant (i64.add (call $now) (i64.const {ns}))))
+            (call $block (local.get $p))""",
+        "stdin-read": "(call $blocking_read (call $get_stdin) (i64.const 4096) (i32.const 264))",
+        "stdin-block": "(local.set $p (call $input_subscribe (call $get_stdin))) (call $block (local.get $p))",
+        "stdout-block": "(local.set $p (call $output_subscribe (call $get_stdout))) (call $block (local.get $p))",
+        "flood": f"""(local.set $p (i32.const {times}))
+            (loop $again
+              (call $drop (call $subscribe_duration (i64.const {ns})))
+              (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+              (br_if $again (i32.gt_s (local.get $p) (i32.const 0))))""",
+    }
+    mem = '(memory (core memory $mem "mem")) (realloc (core func $mem "realloc"))'
+    return _compile(f"""
+(component
+  {TOOL_ERROR}
+  (export $tool-error "tool-error" (type $te))
+  (import "wasi:io/poll@{v}" (instance $poll
+    (export "pollable" (type $p (sub resource)))
+    (export "[method]pollable.block" (func (param "self" (borrow $p))))
+    (export "poll" (func (param "in" (list (borrow $p))) (result (list u32))))))
+  (alias export $poll "pollable" (type $pollable))
+  (alias export $poll "[method]pollable.block" (func $block))
+  (alias export $poll "poll" (func $poll-fn))
+  (import "wasi:clocks/monotonic-clock@{v}" (instance $clock
+    (alias outer 1 $pollable (type $p))
+    (export "pollable" (type $p2 (eq $p)))
+    (export "now" (func (result u64)))
+    (export "subscribe-duration" (func (param "when" u64) (result (own $p2))))
+    (export "subscribe-instant" (func (param "when" u64) (result (own $p2))))))
+  (alias export $clock "now" (func $now))
+  (alias export $clock "subscribe-duration" (func $subscribe-duration))
+  (alias export $clock "subscribe-instant" (func $subscribe-instant))
+  (import "wasi:io/error@{v}" (instance $io-error (export "error" (type (sub resource)))))
+  (alias export $io-error "error" (type $error))
+  (import "wasi:io/streams@{v}" (instance $streams
+    (alias outer 1 $error (type $e))
+    (alias outer 1 $pollable (type $pl))
+    (export "error" (type $e2 (eq $e)))
+    (export "pollable" (type $pl2 (eq $pl)))
+    (export "input-stream" (type $is (sub resource)))
+    (export "output-stream" (type $os (sub resource)))
+    (type $se (variant (case "last-operation-failed" (own $e2)) (case "closed")))
+    (export "stream-error" (type $se2 (eq $se)))
+    (export "[method]input-stream.blocking-read"
+      (func (param "self" (borrow $is)) (param "len" u64) (result (result (list u8) (error $se2)))))
+    (export "[method]input-stream.subscribe" (func (param "self" (borrow $is)) (result (own $pl2))))
+    (export "[method]output-stream.subscribe" (func (param "self" (borrow $os)) (result (own $pl2))))))
+  (alias export $streams "input-stream" (type $input-stream))
+  (alias export $streams "output-stream" (type $output-stream))
+  (alias export $streams "[method]input-stream.blocking-read" (func $blocking-read))
+  (alias export $streams "[method]input-stream.subscribe" (func $input-subscribe))
+  (alias export $streams "[method]output-stream.subscribe" (func $output-subscribe))
+  (import "wasi:cli/stdin@{v}" (instance $stdin
+    (alias outer 1 $input-stream (type $i))
+    (export "input-stream" (type $i2 (eq $i)))
+    (export "get-stdin" (func (result (own $i2))))))
+  (alias export $stdin "get-stdin" (func $get-stdin))
+  (import "wasi:cli/stdout@{v}" (instance $stdout
+    (alias outer 1 $output-stream (type $o))
+    (export "output-stream" (type $o2 (eq $o)))
+    (export "get-stdout" (func (result (own $o2))))))
+  (alias export $stdout "get-stdout" (func $get-stdout))
+{_MEM_MODULE.format(pages=1, heap=32768)}
+  (core func $c-block (canon lower (func $block)))
+  (core func $c-poll (canon lower (func $poll-fn) {mem}))
+  (core func $c-now (canon lower (func $now)))
+  (core func $c-subscribe-duration (canon lower (func $subscribe-duration)))
+  (core func $c-subscribe-instant (canon lower (func $subscribe-instant)))
+  (core func $c-blocking-read (canon lower (func $blocking-read) {mem}))
+  (core func $c-input-subscribe (canon lower (func $input-subscribe)))
+  (core func $c-output-subscribe (canon lower (func $output-subscribe)))
+  (core func $c-get-stdin (canon lower (func $get-stdin)))
+  (core func $c-get-stdout (canon lower (func $get-stdout)))
+  (core func $c-drop (canon resource.drop $pollable))
+  (core module $Main
+    (import "env" "mem" (memory 1))
+    (import "wasi" "block" (func $block (param i32)))
+    (import "wasi" "poll" (func $poll (param i32 i32 i32)))
+    (import "wasi" "now" (func $now (result i64)))
+    (import "wasi" "subscribe-duration" (func $subscribe_duration (param i64) (result i32)))
+    (import "wasi" "subscribe-instant" (func $subscribe_instant (param i64) (result i32)))
+    (import "wasi" "blocking-read" (func $blocking_read (param i32 i64 i32)))
+    (import "wasi" "input-subscribe" (func $input_subscribe (param i32) (result i32)))
+    (import "wasi" "output-subscribe" (func $output_subscribe (param i32) (result i32)))
+    (import "wasi" "get-stdin" (func $get_stdin (result i32)))
+    (import "wasi" "get-stdout" (func $get_stdout (result i32)))
+    (import "wasi" "drop" (func $drop (param i32)))
+    (data (i32.const 8192) "woke")
+    (func (export "call") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      {bodies[kind]}
+      (i32.store (i32.const 0) (i32.const 0))
+      (i32.store (i32.const 4) (i32.const 8192))
+      (i32.store (i32.const 8) (i32.const 4))
+      (i32.const 0)))
+  (core instance $main (instantiate $Main
+    (with "env" (instance (export "mem" (memory $mem "mem"))))
+    (with "wasi" (instance
+      (export "block" (func $c-block)) (export "poll" (func $c-poll)) (export "now" (func $c-now))
+      (export "subscribe-duration" (func $c-subscribe-duration))
+      (export "subscribe-instant" (func $c-subscribe-instant))
+      (export "blocking-read" (func $c-blocking-read))
+      (export "input-subscribe" (func $c-input-subscribe))
+      (export "output-subscribe" (func $c-output-subscribe))
+      (export "get-stdin" (func $c-get-stdin)) (export "get-stdout" (func $c-get-stdout))
+      (export "drop" (func $c-drop))))))
+  (func $call {CALL_TYPE}
+    (canon lift (core func $main "call") {mem}))
   (export "call" (func $call))
 )""")
 

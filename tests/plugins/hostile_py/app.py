@@ -77,3 +77,13 @@ def spin(input):
     n = 0
     while True:
         n += 1
+
+
+@tool("hostile.sleep")
+def sleep(input):
+    # wasi-libc sleeps through wasi:clocks subscribe-duration + wasi:io/poll block: a
+    # host function, where epoch interruption never fires (issue 9).
+    import time
+
+    time.sleep(input["seconds"])
+    return "slept"
