@@ -17,6 +17,7 @@ import gc
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import wasmtime
@@ -26,6 +27,9 @@ from host.errors import SandboxTimeout, SandboxTrap
 from host.runtime import Runtime, SandboxLimits
 from host.runtime import clock as deadline_clock
 from tests.support import wat
+from tests.support.bundles import lock_entry, write_bundle, write_lock
+from tests.support.cli import ALICE_ARGS, json_out, run_cli
+from tests.support.hosts import echo_manifest, echo_tool, write_policy
 
 SLEEP_S = 8.0
 DEADLINE_MS = 1_000
@@ -116,3 +120,26 @@ def test_native_clock_interface_is_the_one_replaced() -> None:
     name = deadline_clock.native_clock_interface(wasmtime.Engine())
     assert name.startswith("wasi:clocks/monotonic-clock@0.2.")
     assert deadline_clock.native_clock_interface(wasmtime.Engine()) == name
+
+
+def test_cli_call_of_wasi_sleeper_times_out(tmp_path: Path) -> None:
+    # The acceptance check: `stockade call` of the 8 s WASI sleeper under a 1 s
+    # deadline answers SANDBOX_TIMEOUT, long before the sleep would have ended.
+    module = wat.wasi_wait_component("block", seconds=SLEEP_S)
+    limits = {"fuel": 50_000_000, "memory_bytes": 16 << 20, "timeout_ms": DEADLINE_MS,
+              "max_http_requests": 0, "max_log_bytes": 4096}
+    manifest = echo_manifest([echo_tool()], module, limits=limits)
+    bundle = write_bundle(tmp_path / "bundles" / "echo", manifest, module)
+    lock = write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    write_policy(state / "policy.json", allow=("tool.call:echo.say", "echo.use"), ask=())
+    started = time.monotonic()
+    proc = run_cli("call", "echo.say@1.0.0", "--input", '{"message": "hi"}', "--json",
+                   "--lock", str(lock), "--state-dir", str(state), *ALICE_ARGS, cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr
+    result = json_out(proc)
+    assert result["ok"] is False and result["error"]["code"] == "SANDBOX_TIMEOUT"
+    assert elapsed < SLEEP_S / 2
+    print(f"stockade call wall {elapsed:.2f} s; result {result['error']}")
