@@ -238,6 +238,7 @@ class Runtime:
             trap_text_bytes=self._config.ceilings.trap_text_bytes,
             interrupt=interrupt,
             clock=self._clock,
+            request_body_ceiling=self._config.ceilings.max_request_bytes,
         )
 
     def _check_open(self) -> None:

@@ -159,6 +159,7 @@ def execute(
     trap_text_bytes: int,
     interrupt: threading.Event | None = None,
     clock: ClockBridge | None = None,
+    request_body_ceiling: int = 8 << 20,
 ) -> SandboxResult:
     """Run ``call(tool, input_json)`` in a fresh store and instance.
 
@@ -176,6 +177,7 @@ def execute(
         interrupt: set from another thread to stop the guest within one epoch tick
             (:mod:`host.runtime.interrupt`); the call then raises CallCancelled.
         clock: the deadline clock installed in ``linker`` (required for WASI guests).
+        request_body_ceiling: bytes; a guest request body over it is ``too-large``.
 
     Raises:
         CallCancelled: ``interrupt`` was set while the guest ran.
@@ -194,7 +196,10 @@ def execute(
         raise RuntimeError("a WASI guest needs the deadline clock (host.runtime.clock)")
     started = time.perf_counter()
     deadline_ns = time.monotonic_ns() + limits.timeout_ms * 1_000_000
-    context = CallContext(egress, secret_available, log, deadline_ns=deadline_ns, clock=clock)
+    context = CallContext(
+        egress, secret_available, log,
+        deadline_ns=deadline_ns, clock=clock, body_ceiling=request_body_ceiling,
+    )
     store = wasmtime.Store(engine)
     store.set_fuel(limits.fuel)
     watch = None

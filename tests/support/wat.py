@@ -47,6 +47,7 @@ __all__ = [
     "environment_component",
     "exit_component",
     "guest",
+    "http_boundary_component",
     "http_component",
     "import_component",
     "log_flood_component",
@@ -103,12 +104,10 @@ ECHO_WAT = """
 """The trivial echo component: ``call(tool, input)`` returns ``input``."""
 
 _HOST_TYPES = """
-    (type $h (record (field "name" string) (field "value" string)))
-    (export "header" (type $header (eq $h)))
-    (type $rq (record (field "method" string) (field "url" string) (field "headers" (list $header))
-                      (field "body" (option (list u8))) (field "timeout-ms" (option u32))))
+    (type $rq (record (field "method" string) (field "url" string) (field "headers" string)
+                      (field "body" (option string)) (field "timeout-ms" (option u32))))
     (export "request" (type $request (eq $rq)))
-    (type $rs (record (field "status" u16) (field "headers" (list $header)) (field "body" (list u8))))
+    (type $rs (record (field "status" u16) (field "headers" string) (field "body" string)))
     (export "response" (type $response (eq $rs)))
     (type $he (variant (case "denied" string) (case "credential-unavailable" string)
                        (case "invalid-request" string) (case "too-large") (case "timeout")
@@ -256,7 +255,7 @@ def guest(
     host: Sequence[str] = (),
     strings: Mapping[str, str] | None = None,
     funcs: str = "",
-    host_interface: str = "stockade:plugin/host@1.0.0",
+    host_interface: str = "stockade:plugin/host@1.1.0",
     extra: str = "",
     pages: int = 1,
     core_start: str = "",
@@ -417,19 +416,15 @@ def http_component() -> bytes:
     """Sends POST <input> with header x-test: 1, body "body", timeout 1234 ms.
 
     Output: ``ok:<status>:<body>`` on success, ``err:<case index>:<detail>`` on error
-    (``detail`` empty for the payload-less cases).
+    (``detail`` empty for the payload-less cases). The body is returned as the latin-1
+    text the host sent (UTF-8 in the output).
     """
     return guest(
         """
-        (local $r i32) (local $hdr i32)
-        (local.set $hdr (call $alloc (i32.const 16)))
-        (i32.store (local.get $hdr) {P:hname})
-        (i32.store offset=4 (local.get $hdr) {L:hname})
-        (i32.store offset=8 (local.get $hdr) {P:hvalue})
-        (i32.store offset=12 (local.get $hdr) {L:hvalue})
+        (local $r i32)
         (local.set $r (call $alloc (i32.const 64)))
         (call $http_request {S:method} (local.get $ip) (local.get $il)
-          (local.get $hdr) (i32.const 1)
+          {S:headers}
           (i32.const 1) {S:body}
           (i32.const 1) (i32.const 1234)
           (local.get $r))
@@ -450,8 +445,98 @@ def http_component() -> bytes:
               (then (call $emit (i32.load offset=8 (local.get $r)) (i32.load offset=12 (local.get $r)))))))
         (call $done)""",
         host=["http-request"],
-        strings={"method": "POST", "body": "body", "hname": "x-test", "hvalue": "1",
+        strings={"method": "POST", "body": "body", "headers": '[["x-test","1"]]',
                  "ok": "ok:", "err": "err:", "colon": ":"},
+    )
+
+
+def http_boundary_component(
+    *, body_bytes: int = 0, fill: str = "none", headers: str | None = None, header_count: int = 0,
+    pages: int = 1, body_text: str = "",
+) -> bytes:
+    """Sends one POST to its input URL with a large body or header block (issue 9 item 3).
+
+    Args:
+        body_bytes: characters of the body (one per byte, latin-1 mapping).
+        fill: ``none`` (no body), ``ascii`` (``a`` repeated: one UTF-8 byte each),
+            ``latin1`` (``é``, U+00E9, repeated: two UTF-8 bytes each, the costly case) or
+            ``text`` (``body_text`` as it is).
+        headers: the header block text; default: ``header_count`` empty ``["",""]`` pairs.
+        header_count: pairs generated when ``headers`` is None.
+        pages: initial memory pages (bodies need room in the guest).
+        body_text: the body for ``fill="text"``.
+
+    Output: ``ok:<status>:<UTF-8 bytes of the response body>`` or ``err:<case>:<detail>``.
+    """
+    if fill not in ("none", "ascii", "latin1", "text"):
+        raise ValueError(fill)
+    strings = {"method": "POST", "ok": "ok:", "err": "err:", "colon": ":",
+               "headers": headers if headers is not None else "[]", "body": body_text}
+    if fill == "text":
+        make_body = ""
+        body_args = "(i32.const 1) {S:body}"
+    elif fill == "none":
+        make_body = "(local.set $blen (i32.const 0))"
+        body_args = "(i32.const 0) (i32.const 0) (i32.const 0)"
+    elif fill == "ascii":
+        make_body = f"""(local.set $blen (i32.const {body_bytes}))
+        (local.set $body (call $alloc (local.get $blen)))
+        (memory.fill (local.get $body) (i32.const 0x61) (local.get $blen))"""
+        body_args = "(i32.const 1) (local.get $body) (local.get $blen)"
+    else:
+        make_body = f"""(local.set $blen (i32.const {2 * body_bytes}))
+        (local.set $body (call $alloc (local.get $blen)))
+        (local.set $i (i32.const 0))
+        (block $done (loop $fill
+          (br_if $done (i32.ge_u (local.get $i) (local.get $blen)))
+          (i32.store16 (i32.add (local.get $body) (local.get $i)) (i32.const 0xA9C3))
+          (local.set $i (i32.add (local.get $i) (i32.const 2)))
+          (br $fill)))"""
+        body_args = "(i32.const 1) (local.get $body) (local.get $blen)"
+    if headers is None and header_count > 0:
+        make_headers = f"""(local.set $hlen (i32.add (i32.const 1) (i32.mul (i32.const 8) (i32.const {header_count}))))
+        (local.set $hdr (call $alloc (local.get $hlen)))
+        (i32.store8 (local.get $hdr) (i32.const 0x5B))
+        (local.set $i (i32.const 0))
+        (block $done (loop $pairs
+          (br_if $done (i32.ge_u (local.get $i) (i32.const {header_count})))
+          (i64.store (i32.add (i32.add (local.get $hdr) (i32.const 1)) (i32.mul (local.get $i) (i32.const 8)))
+                     (i64.const 0x2C5D22222C22225B))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br $pairs)))
+        (i32.store8 (i32.sub (i32.add (local.get $hdr) (local.get $hlen)) (i32.const 1)) (i32.const 0x5D))"""
+    else:
+        make_headers = "(local.set $hdr {P:headers}) (local.set $hlen {L:headers})"
+    return guest(
+        f"""
+        (local $r i32) (local $body i32) (local $blen i32) (local $hdr i32) (local $hlen i32) (local $i i32)
+        {make_body}
+        {make_headers}
+        (local.set $r (call $alloc (i32.const 64)))
+        (call $http_request {{S:method}} (local.get $ip) (local.get $il)
+          (local.get $hdr) (local.get $hlen)
+          {body_args}
+          (i32.const 0) (i32.const 0)
+          (local.get $r))
+        (if (i32.eqz (i32.load8_u (local.get $r)))
+          (then
+            (call $emit {{S:ok}})
+            (call $emit_u32 (i32.load16_u offset=4 (local.get $r)))
+            (call $emit {{S:colon}})
+            (call $emit_u32 (i32.load offset=20 (local.get $r))))
+          (else
+            (call $emit {{S:err}})
+            (call $emit_u32 (i32.load8_u offset=4 (local.get $r)))
+            (call $emit {{S:colon}})
+            (if (i32.eqz (i32.or
+                  (i32.eq (i32.load8_u offset=4 (local.get $r)) (i32.const 3))
+                  (i32.or (i32.eq (i32.load8_u offset=4 (local.get $r)) (i32.const 4))
+                          (i32.eq (i32.load8_u offset=4 (local.get $r)) (i32.const 5)))))
+              (then (call $emit (i32.load offset=8 (local.get $r)) (i32.load offset=12 (local.get $r)))))))
+        (call $done)""",
+        host=["http-request"],
+        strings=strings,
+        pages=pages,
     )
 
 
