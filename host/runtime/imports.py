@@ -41,6 +41,7 @@ import wasmtime
 from wasmtime import component as wc
 
 from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
+from host.runtime import _compat
 from host.runtime.calllog import CallLog
 from host.runtime.models import LogLevel
 
@@ -275,11 +276,7 @@ def to_wit_result(outcome: object) -> Any:
         status = outcome.status
         if isinstance(status, bool) or not isinstance(status, int) or not 0 <= status <= 0xFFFF:
             raise TypeError("egress returned a status outside u16")
-        return _record(
-            status=status,
-            headers=_header_block(outcome.headers),
-            body=bytes(outcome.body).decode("latin-1"),
-        )
+        return _record(status=status, headers=_header_block(outcome.headers), body=_body_text(outcome.body))
     if isinstance(outcome, HttpFailure):
         if outcome.kind in _PAYLOAD_KINDS:
             return wc.Variant(outcome.kind, _text(str(outcome.detail)))
@@ -287,6 +284,14 @@ def to_wit_result(outcome: object) -> Any:
             return wc.Variant(outcome.kind)
         raise TypeError(f"egress returned an unknown failure kind {outcome.kind!r}")
     raise TypeError(f"egress returned {type(outcome).__name__}, not HttpResponse/HttpFailure")
+
+
+def _body_text(body: bytes) -> str | _compat.Utf8Text:
+    """A response body as latin-1 text; ASCII bytes are already its UTF-8 form."""
+    data = bytes(body)
+    if _compat.FAST_STRINGS and data.isascii():
+        return _compat.Utf8Text(data)
+    return data.decode("latin-1")
 
 
 def _header_block(headers: object) -> str:

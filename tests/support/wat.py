@@ -452,7 +452,7 @@ def http_component() -> bytes:
 
 def http_boundary_component(
     *, body_bytes: int = 0, fill: str = "none", headers: str | None = None, header_count: int = 0,
-    pages: int = 1, body_text: str = "",
+    pages: int = 1, body_text: str = "", send_body: bool = True,
 ) -> bytes:
     """Sends one POST to its input URL with a large body or header block (issue 9 item 3).
 
@@ -465,6 +465,7 @@ def http_boundary_component(
         header_count: pairs generated when ``headers`` is None.
         pages: initial memory pages (bodies need room in the guest).
         body_text: the body for ``fill="text"``.
+        send_body: False builds the body but sends none (to time the guest's own work).
 
     Output: ``ok:<status>:<UTF-8 bytes of the response body>`` or ``err:<case>:<detail>``.
     """
@@ -493,6 +494,8 @@ def http_boundary_component(
           (local.set $i (i32.add (local.get $i) (i32.const 2)))
           (br $fill)))"""
         body_args = "(i32.const 1) (local.get $body) (local.get $blen)"
+    if not send_body:
+        body_args = "(i32.const 0) (i32.const 0) (i32.const 0)"
     if headers is None and header_count > 0:
         make_headers = f"""(local.set $hlen (i32.add (i32.const 1) (i32.mul (i32.const 8) (i32.const {header_count}))))
         (local.set $hdr (call $alloc (local.get $hlen)))

@@ -7,6 +7,7 @@ import encodings.idna  # noqa: F401 - socket needs it for host names; imported a
 import os
 import socket
 import sys
+import time
 
 from stockade import tool
 
@@ -83,7 +84,5 @@ def spin(input):
 def sleep(input):
     # wasi-libc sleeps through wasi:clocks subscribe-duration + wasi:io/poll block: a
     # host function, where epoch interruption never fires (issue 9).
-    import time
-
     time.sleep(input["seconds"])
     return "slept"
