@@ -23,9 +23,12 @@ import pytest
 import wasmtime
 
 from host.config import HostConfig
+from host.egress.port import DenyAllEgress
 from host.errors import SandboxTimeout, SandboxTrap
 from host.runtime import Runtime, SandboxLimits
 from host.runtime import clock as deadline_clock
+from host.runtime.calllog import CallLog
+from host.runtime.imports import CallContext
 from tests.support import wat
 from tests.support.bundles import lock_entry, write_bundle, write_lock
 from tests.support.cli import ALICE_ARGS, json_out, run_cli
@@ -54,6 +57,16 @@ def test_wasi_clock_sleep_past_deadline_answers_timeout(rt: Runtime, kind: str, 
     assert caught.value.code == "SANDBOX_TIMEOUT"
     assert elapsed < SLEEP_S / 2, "the guest slept past its deadline inside WASI"
     assert caught.value.details["usage"]["wall_ms"] >= DEADLINE_MS
+
+
+def test_wasi_clock_subscription_after_the_deadline_answers_timeout(rt: Runtime) -> None:
+    # Three 0.4 s sleeps under a 1 s deadline: the third wakes at the deadline (the loop's
+    # back-edge may come before the epoch tick), the fourth subscription is refused.
+    module = wat.wasi_wait_component("sleeps", seconds=0.4, times=10)
+    started = time.monotonic()
+    with pytest.raises(SandboxTimeout, match=f"past its {DEADLINE_MS} ms deadline"):
+        wat.run_module(rt, module, limits=LIMITS)
+    assert time.monotonic() - started < 4 * 0.4 + 1
 
 
 def test_wasi_clock_sleep_within_deadline_still_sleeps(rt: Runtime) -> None:
@@ -146,3 +159,10 @@ def test_cli_call_of_wasi_sleeper_times_out(tmp_path: Path) -> None:
     assert result["ok"] is False and result["error"]["code"] == "SANDBOX_TIMEOUT"
     assert elapsed < sleep_s / 2
     print(f"stockade call wall {elapsed:.2f} s; result {result['error']}")
+
+
+def test_clock_refuses_a_subscription_once_the_deadline_passed() -> None:
+    context = CallContext(DenyAllEgress(), lambda _n: False, CallLog(64), deadline_ns=time.monotonic_ns() - 1)
+    with pytest.raises(deadline_clock.DeadlineExceeded):
+        deadline_clock._subscribe(None, context, time.monotonic_ns(), 1)
+    assert context.deadline_hit and context.clock_subscriptions == 0

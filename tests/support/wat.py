@@ -630,7 +630,7 @@ def stream_component(text: str, *, writes: int = 1, stream: str = "stdout", then
 )""")
 
 
-WAIT_KINDS = ("block", "poll", "instant", "stdin-read", "stdin-block", "stdout-block", "flood")
+WAIT_KINDS = ("block", "poll", "instant", "stdin-read", "stdin-block", "stdout-block", "flood", "sleeps")
 """The ways :func:`wasi_wait_component` waits inside WASI."""
 
 
@@ -664,6 +664,12 @@ def wasi_wait_component(
         "stdin-read": "(call $blocking_read (call $get_stdin) (i64.const 4096) (i32.const 264))",
         "stdin-block": "(local.set $p (call $input_subscribe (call $get_stdin))) (call $block (local.get $p))",
         "stdout-block": "(local.set $p (call $output_subscribe (call $get_stdout))) (call $block (local.get $p))",
+        "sleeps": f"""(local.set $p (i32.const {times}))
+            (loop $again
+              (call $block (local.tee $h (call $subscribe_duration (i64.const {ns}))))
+              (call $drop (local.get $h))
+              (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+              (br_if $again (i32.gt_s (local.get $p) (i32.const 0))))""",
         "flood": f"""(local.set $p (i32.const {times}))
             (loop $again
               (call $drop (call $subscribe_duration (i64.const {ns})))
@@ -748,7 +754,7 @@ def wasi_wait_component(
     (import "wasi" "drop" (func $drop (param i32)))
     (data (i32.const 8192) "woke")
     (func (export "call") (param i32 i32 i32 i32) (result i32)
-      (local $p i32)
+      (local $p i32) (local $h i32)
       {bodies[kind]}
       (i32.store (i32.const 0) (i32.const 0))
       (i32.store (i32.const 4) (i32.const 8192))
