@@ -84,7 +84,9 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT: Final = "stockade.manifest/1"
-SUPPORTED_WORLDS: Final = ("stockade:plugin/tool@1.0.0",)
+# 1.1.0 is what `stockade build` targets; a 1.0.0 manifest stays readable, but its
+# component is refused at load with a rebuild hint (host.runtime.checks, issue 9).
+SUPPORTED_WORLDS: Final = ("stockade:plugin/tool@1.0.0", "stockade:plugin/tool@1.1.0")
 MAX_MANIFEST_BYTES: Final = 1024 * 1024  # bytes; a manifest is metadata, never data
 MAX_PROBLEMS: Final = 100  # problems listed in one ManifestInvalid; the rest are counted
 MAX_TOOLS: Final = 128  # DESIGN §5; Ceilings.max_tools may only lower it
@@ -325,7 +327,7 @@ class ModuleInfo(_Model):
 
     file: Literal["module.wasm"]
     sha256: Sha256Hex
-    world: Literal["stockade:plugin/tool@1.0.0"]
+    world: Literal["stockade:plugin/tool@1.0.0", "stockade:plugin/tool@1.1.0"]
 
 
 class Limits(_Model):

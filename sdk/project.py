@@ -86,7 +86,7 @@ __all__ = [
 
 PROJECT_FILE: Final = "stockade.toml"
 MAX_PROJECT_FILE_BYTES: Final = 1024 * 1024  # bytes; like the manifest it becomes
-WORLD: Final = "stockade:plugin/tool@1.0.0"
+WORLD: Final = "stockade:plugin/tool@1.1.0"
 PLACEHOLDER_SHA256: Final = "0" * 64
 Language = Literal["python", "javascript"]
 LANGUAGES: Final[dict[str, str]] = {"python": "app.py", "javascript": "app.js"}

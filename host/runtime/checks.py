@@ -9,11 +9,17 @@ instantiate anything. A component is accepted only if:
   names, case names and case order are compared, not just shapes. Other exports (for
   example the types a toolchain re-exports) are allowed: the host never calls them.
 - every import is an *instance* named by an allowed interface:
-  ``stockade:plugin/host@1.x`` (each function it imports must be one the host
-  provides, with exactly the WIT type), ``stockade:plugin/types@1.x`` (types only),
-  and WASI 0.2.x ``wasi:cli``, ``wasi:io``, ``wasi:clocks``, ``wasi:random``,
-  ``wasi:filesystem``, ``wasi:sockets`` (linked, granting nothing: no preopens, no
-  network). Anything else, ``wasi:http`` included, is refused with the import named.
+  ``stockade:plugin/host@1.x`` with x >= 1 (each function it imports must be one the
+  host provides, with exactly the WIT type), ``stockade:plugin/types@1.x`` with x >= 1
+  (types only), and WASI 0.2.x ``wasi:cli``, ``wasi:io``, ``wasi:clocks``,
+  ``wasi:random``, ``wasi:filesystem``, ``wasi:sockets`` (linked, granting nothing: no
+  preopens, no network; the monotonic clock is the host's, see
+  :mod:`host.runtime.clock`). Anything else, ``wasi:http`` included, is refused with
+  the import named.
+- a component built for ``stockade:plugin@1.0.0`` (``host@1.0.x`` or ``types@1.0.x``) is
+  refused with a hint to rebuild: 1.0.0 carried headers as ``list<header>`` and bodies as
+  ``list<u8>``, which wasmtime-py lifts one element at a time in Python, outside every
+  limit (issue 9 item 3). 1.1.0 carries each as one ``string``.
 
 How types are compared: wasmtime-py 50 exposes the full structure of component value
 types (``RecordType.fields``, ``VariantType.cases``, ``EnumType.names``,
@@ -39,6 +45,8 @@ __all__ = [
     "CALL_EXPORT",
     "EXPECTED_CALL_TYPE",
     "HOST_FUNCTION_TYPES",
+    "REBUILD_HINT",
+    "WIT_VERSION",
     "ComponentShape",
     "check_component",
     "describe",
@@ -51,19 +59,21 @@ Desc = str | tuple[object, ...] | None
 CALL_EXPORT: Final = "call"
 _MAX_DEPTH = 16
 
+WIT_VERSION: Final = "1.1.0"
+"""The version of the ``stockade:plugin`` package this host implements."""
+
 _S: Final = "string"
-_HEADER: Final = ("record", (("name", _S), ("value", _S)))
 _REQUEST: Final = (
     "record",
     (
         ("method", _S),
         ("url", _S),
-        ("headers", ("list", _HEADER)),
-        ("body", ("option", ("list", "u8"))),
+        ("headers", _S),
+        ("body", ("option", _S)),
         ("timeout-ms", ("option", "u32")),
     ),
 )
-_RESPONSE: Final = ("record", (("status", "u16"), ("headers", ("list", _HEADER)), ("body", ("list", "u8"))))
+_RESPONSE: Final = ("record", (("status", "u16"), ("headers", _S), ("body", _S)))
 _HTTP_ERROR: Final = (
     "variant",
     (
@@ -80,7 +90,6 @@ _TOOL_ERROR: Final = ("variant", (("invalid-input", _S), ("failed", _S)))
 _LOG_LEVEL: Final = ("enum", ("debug", "info", "warn", "error"))
 
 TYPE_DESCRIPTIONS: Final[Mapping[str, Desc]] = {
-    "header": _HEADER,
     "request": _REQUEST,
     "response": _RESPONSE,
     "http-error": _HTTP_ERROR,
@@ -99,8 +108,14 @@ HOST_FUNCTION_TYPES: Final[Mapping[str, Desc]] = {
 }
 """The functions of ``stockade:plugin/host``, described."""
 
-_HOST_IFACE = re.compile(r"stockade:plugin/host@1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
-_TYPES_IFACE = re.compile(r"stockade:plugin/types@1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+_HOST_IFACE = re.compile(r"stockade:plugin/host@1\.([1-9][0-9]*)\.(0|[1-9][0-9]*)")
+_TYPES_IFACE = re.compile(r"stockade:plugin/types@1\.([1-9][0-9]*)\.(0|[1-9][0-9]*)")
+_OLD_IFACE = re.compile(r"stockade:plugin/(host|types)@1\.0\.(0|[1-9][0-9]*)")
+REBUILD_HINT: Final = (
+    "The component was built for stockade:plugin@1.0.0; this host implements "
+    f"stockade:plugin@{WIT_VERSION}. Rebuild it with the current SDK (`stockade build`): "
+    "plugin code needs no change."
+)
 _WASI_IFACE = re.compile(
     r"wasi:(cli|io|clocks|random|filesystem|sockets)/[a-z][a-z0-9]*(-[a-z0-9]+)*"
     r"@0\.2\.(0|[1-9][0-9]*)"
@@ -214,6 +229,13 @@ def _check(component: wc.Component, engine: wasmtime.Engine) -> ComponentShape:
                 "stockade:plugin world and WASI may be imported",
                 import_name=name,
             )
+        if _OLD_IFACE.fullmatch(name):
+            raise ComponentRefused(
+                f"import {name!r} is from stockade:plugin@1.0.0, which this host no longer "
+                f"runs (it implements {WIT_VERSION})",
+                hint=REBUILD_HINT,
+                import_name=name,
+            )
         if _HOST_IFACE.fullmatch(name):
             host_functions |= _check_host_instance(name, item, engine)
         elif _TYPES_IFACE.fullmatch(name):
@@ -223,7 +245,7 @@ def _check(component: wc.Component, engine: wasmtime.Engine) -> ComponentShape:
         else:
             raise ComponentRefused(
                 f"import {name!r} is not allowed: a component may import only "
-                "stockade:plugin/host@1.x, stockade:plugin/types@1.x and wasi:cli, wasi:io, "
+                "stockade:plugin/host@1.x, stockade:plugin/types@1.x (x >= 1) and wasi:cli, wasi:io, "
                 "wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets at 0.2.x",
                 import_name=name,
             )

@@ -14,30 +14,57 @@ import) and the original exception is kept on the context for the host's own err
 chain. Letting a Python exception escape would go through wasmtime-py's process-global
 ``LAST_EXCEPTION``, which another thread's call could pick up.
 
-Conversions (DESIGN §2 WIT, :mod:`host.egress.port`):
-- ``request`` record -> :class:`HttpRequest` (headers as pairs, ``body`` bytes or None).
-- :class:`HttpResponse` -> ``response`` record; :class:`HttpFailure` ->
-  ``Variant(kind, detail)``, or ``Variant(kind)`` for the payload-less cases
-  ``too-large``, ``timeout`` and ``budget-exhausted``.
+Conversions (``sdk/wit/stockade.wit`` 1.1.0, :mod:`host.egress.port`). Each value that can
+be large crosses as one ``string``, so wasmtime-py moves it with one buffer copy; a
+``list<…>`` would cost one Python conversion per element before any check could run
+(issue 9 item 3, NOTES "Moving bytes across the component boundary"):
+
+- ``request`` record -> :class:`HttpRequest`. ``headers`` is JSON text, an array of
+  ``[name, value]`` string pairs: over :data:`MAX_HEADER_BLOCK_CHARS` characters it is
+  refused *before* parsing, over :data:`MAX_REQUEST_HEADERS` pairs after; malformed, it
+  is ``invalid-request``. ``body`` is latin-1 text (code point = byte): longer than the
+  host's request-body ceiling it is ``too-large``; holding a character above U+00FF it is
+  ``invalid-request``. Those answers never reach the egress port.
+- :class:`HttpResponse` -> ``response`` record (headers as JSON text, body as latin-1
+  text); :class:`HttpFailure` -> ``Variant(kind, detail)``, or ``Variant(kind)`` for the
+  payload-less cases ``too-large``, ``timeout`` and ``budget-exhausted``.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import wasmtime
 from wasmtime import component as wc
 
 from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
+from host.runtime import _compat
 from host.runtime.calllog import CallLog
 from host.runtime.models import LogLevel
 
-__all__ = ["HOST_INTERFACE", "CallContext", "activate", "build_linker", "deactivate"]
+if TYPE_CHECKING:
+    from host.runtime.clock import ClockBridge
 
-HOST_INTERFACE: Final = "stockade:plugin/host@1.0.0"
-"""The name the host functions are linked under; wasmtime matches any 1.x import to it."""
+__all__ = [
+    "HOST_INTERFACE",
+    "MAX_HEADER_BLOCK_CHARS",
+    "MAX_REQUEST_HEADERS",
+    "CallContext",
+    "activate",
+    "build_linker",
+    "current_context",
+    "deactivate",
+]
+
+HOST_INTERFACE: Final = "stockade:plugin/host@1.1.0"
+"""The name the host functions are linked under; wasmtime matches any 1.x import to it
+(the load-time checks refuse 1.0.x, whose types differ)."""
+
+MAX_HEADER_BLOCK_CHARS: Final = 64 * 1024  # characters of one request's header JSON text
+MAX_REQUEST_HEADERS: Final = 128  # [name, value] pairs in one request's header block
 
 _LOG_LEVELS: Final[frozenset[str]] = frozenset({"debug", "info", "warn", "error"})
 _PAYLOAD_KINDS: Final = frozenset({"denied", "credential-unavailable", "invalid-request", "network"})
@@ -51,16 +78,45 @@ class CallContext:
         egress: the call's egress port.
         secret_available: whether a secret is staged for this call (never its value).
         log: the call's bounded log.
+        deadline_ns: the call's deadline on ``time.monotonic_ns()``'s clock.
+        clock: the clock bridge (:mod:`host.runtime.clock`) for guests that use WASI.
+        body_ceiling: bytes; a request body over it is ``too-large`` at the boundary (the
+            host-wide ceiling; the egress port applies the manifest's own limit).
     """
 
-    __slots__ = ("egress", "fatal", "host_failure", "log", "secret_available")
+    __slots__ = (
+        "body_ceiling",
+        "clock",
+        "clock_subscribe",
+        "clock_subscriptions",
+        "deadline_hit",
+        "deadline_ns",
+        "egress",
+        "fatal",
+        "host_failure",
+        "log",
+        "secret_available",
+    )
 
     def __init__(
-        self, egress: EgressPort, secret_available: Callable[[str], bool], log: CallLog
+        self,
+        egress: EgressPort,
+        secret_available: Callable[[str], bool],
+        log: CallLog,
+        *,
+        deadline_ns: int,
+        clock: ClockBridge | None = None,
+        body_ceiling: int = 8 << 20,
     ) -> None:
         self.egress = egress
         self.secret_available = secret_available
         self.log = log
+        self.deadline_ns = deadline_ns
+        self.clock = clock
+        self.body_ceiling = body_ceiling
+        self.clock_subscribe: wc.Func | None = None
+        self.clock_subscriptions = 0
+        self.deadline_hit = False
         self.host_failure: tuple[str, Exception] | None = None
         self.fatal: BaseException | None = None
 
@@ -78,6 +134,12 @@ def activate(context: CallContext) -> CallContext | None:
 def deactivate(previous: CallContext | None) -> None:
     """Restore the context :func:`activate` replaced."""
     _active.context = previous
+
+
+def current_context() -> CallContext | None:
+    """The context of the call running on this thread, if any."""
+    context: CallContext | None = getattr(_active, "context", None)
+    return context
 
 
 def build_linker(engine: wasmtime.Engine) -> wc.Linker:
@@ -131,23 +193,76 @@ def _secret_available(context: CallContext, name: object) -> bool:
 
 
 def _http_request(context: CallContext, record: Any) -> Any:
-    request = to_http_request(record)
+    request = to_http_request(record, body_ceiling=context.body_ceiling)
+    if isinstance(request, HttpFailure):
+        return to_wit_result(request)
     outcome = context.egress.send(request)
     return to_wit_result(outcome)
 
 
-def to_http_request(record: Any) -> HttpRequest:
-    """The WIT ``request`` record as an :class:`HttpRequest`."""
-    headers = tuple((h.name, h.value) for h in record.headers)
-    body = getattr(record, "body")  # noqa: B009  # option<list<u8>>: bytes or None
+def to_http_request(record: Any, *, body_ceiling: int) -> HttpRequest | HttpFailure:
+    """The WIT ``request`` record as an :class:`HttpRequest`, or the failure to answer.
+
+    Args:
+        record: the lifted record (untrusted: any field may be malformed).
+        body_ceiling: bytes; a longer body is ``too-large``.
+
+    Returns:
+        the request, or ``invalid-request`` / ``too-large`` for the guest.
+    """
+    headers = _parse_header_block(getattr(record, "headers", None))
+    if isinstance(headers, HttpFailure):
+        return headers
+    body = getattr(record, "body", None)
+    data: bytes | None = None
+    if body is not None:
+        if not isinstance(body, str):
+            return HttpFailure("invalid-request", "the body must be latin-1 text")
+        if len(body) > body_ceiling:  # one character per byte: checked before converting
+            return HttpFailure("too-large")
+        try:
+            data = body.encode("latin-1")
+        except UnicodeEncodeError:
+            return HttpFailure(
+                "invalid-request", "the body holds a character above U+00FF: bodies are latin-1 mapped bytes"
+            )
     timeout = getattr(record, "timeout-ms")
     return HttpRequest(
         method=record.method,
         url=record.url,
         headers=headers,
-        body=bytes(body) if body is not None else None,
+        body=data,
         timeout_ms=int(timeout) if timeout is not None else None,
     )
+
+
+def _parse_header_block(text: object) -> tuple[tuple[str, str], ...] | HttpFailure:
+    """JSON ``[[name, value], ...]`` as pairs; refused over the caps, before parsing."""
+    if not isinstance(text, str):
+        return HttpFailure("invalid-request", "the header block must be text")
+    if len(text) > MAX_HEADER_BLOCK_CHARS:
+        return HttpFailure(
+            "invalid-request", f"the header block is over {MAX_HEADER_BLOCK_CHARS} characters"
+        )
+    try:
+        items = json.loads(text) if text else []
+    except (ValueError, RecursionError):
+        return HttpFailure("invalid-request", "the header block is not JSON")
+    if not isinstance(items, list):
+        return HttpFailure("invalid-request", "the header block must be a JSON array")
+    if len(items) > MAX_REQUEST_HEADERS:
+        return HttpFailure("invalid-request", f"more than {MAX_REQUEST_HEADERS} headers")
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], str)
+        ):
+            return HttpFailure("invalid-request", "each header must be a [name, value] pair of strings")
+        pairs.append((item[0], item[1]))
+    return tuple(pairs)
 
 
 def to_wit_result(outcome: object) -> Any:
@@ -161,11 +276,7 @@ def to_wit_result(outcome: object) -> Any:
         status = outcome.status
         if isinstance(status, bool) or not isinstance(status, int) or not 0 <= status <= 0xFFFF:
             raise TypeError("egress returned a status outside u16")
-        return _record(
-            status=status,
-            headers=[_header(name, value) for name, value in outcome.headers],
-            body=bytes(outcome.body),
-        )
+        return _record(status=status, headers=_header_block(outcome.headers), body=_body_text(outcome.body))
     if isinstance(outcome, HttpFailure):
         if outcome.kind in _PAYLOAD_KINDS:
             return wc.Variant(outcome.kind, _text(str(outcome.detail)))
@@ -175,10 +286,23 @@ def to_wit_result(outcome: object) -> Any:
     raise TypeError(f"egress returned {type(outcome).__name__}, not HttpResponse/HttpFailure")
 
 
-def _header(name: object, value: object) -> wc.Record:
-    if not isinstance(name, str) or not isinstance(value, str):
-        raise TypeError("egress returned a header that is not a pair of strings")
-    return _record(name=_text(name), value=_text(value))
+def _body_text(body: bytes) -> str | _compat.Utf8Text:
+    """A response body as latin-1 text; ASCII bytes are already its UTF-8 form."""
+    data = bytes(body)
+    if _compat.FAST_STRINGS and data.isascii():
+        return _compat.Utf8Text(data)
+    return data.decode("latin-1")
+
+
+def _header_block(headers: object) -> str:
+    """Response headers as the WIT header block (JSON text of ``[name, value]`` pairs)."""
+    pairs: list[list[str]] = []
+    for item in headers:  # type: ignore[attr-defined]  # a tuple of pairs; anything else is a host bug
+        name, value = item
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError("egress returned a header that is not a pair of strings")
+        pairs.append([_text(name), _text(value)])
+    return json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text(text: str) -> str:

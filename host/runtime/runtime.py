@@ -44,6 +44,7 @@ from host.runtime._calltype import CallType
 from host.runtime.binary import Census, census, check_header
 from host.runtime.cache import ArtifactCache
 from host.runtime.checks import CALL_EXPORT, check_component
+from host.runtime.clock import install_deadline_clock
 from host.runtime.engine import EpochTicker, build_engine, engine_config_hash, wasmtime_version
 from host.runtime.imports import build_linker
 from host.runtime.models import CacheStats, ProgressEvent, ProgressStage, SandboxLimits, SandboxResult
@@ -68,6 +69,7 @@ class Runtime:
         self._config = config
         self._engine = build_engine()
         self._linker = build_linker(self._engine)
+        self._clock = install_deadline_clock(self._linker, self._engine)
         self._cache = ArtifactCache(
             config.artifact_dir,
             config.state_dir / "artifact.key",
@@ -235,6 +237,8 @@ class Runtime:
             scrub=scrub,
             trap_text_bytes=self._config.ceilings.trap_text_bytes,
             interrupt=interrupt,
+            clock=self._clock,
+            request_body_ceiling=self._config.ceilings.max_request_bytes,
         )
 
     def _check_open(self) -> None:

@@ -28,8 +28,14 @@ memory silently and then traps is reported as SANDBOX_TRAP; either way the limit
 The Python guest SDK catches ``MemoryError`` (so the instance ends cleanly) and returns
 ``failed`` with exactly :data:`GUEST_OUT_OF_MEMORY`; that answer is SANDBOX_MEMORY too.
 
-Traps are classified in this order: fuel (no fuel left), deadline (epoch interrupt),
-memory (above), everything else SANDBOX_TRAP. Trap text is reordered (cause first, then
+The deadline bounds the wall time of the whole call (DESIGN §12). Epoch interruption stops
+running wasm; a guest blocked in WASI wakes by the deadline because the monotonic clock
+is the host's (:mod:`host.runtime.clock`); and a call that *ends* past its deadline is
+SANDBOX_TIMEOUT whatever the guest returned.
+
+Traps are classified in this order: deadline (the clock refused a subscription after the
+deadline, or the call ended past it), host import failures, fuel (no fuel left), deadline
+(epoch interrupt), memory (above), everything else SANDBOX_TRAP. Trap text is reordered (cause first, then
 the backtrace), scrubbed and capped at ``trap_text_bytes``. Every error carries
 ``details["usage"]`` (a :class:`SandboxUsage` dict) and ``details["log"]``.
 
@@ -65,6 +71,7 @@ from host.runtime._calltype import CallType
 from host.runtime.binary import Census
 from host.runtime.calllog import CallLog, mentions_oom
 from host.runtime.checks import CALL_EXPORT, ComponentShape
+from host.runtime.clock import ClockBridge
 from host.runtime.engine import deadline_ticks
 from host.runtime.imports import CallContext, activate, deactivate
 from host.runtime.interrupt import InterruptWatch
@@ -111,12 +118,14 @@ class LoadedComponent:
         return f"LoadedComponent(name={self.name!r}, sha256={self.sha256[:12]}…)"
 
 
-def store_limits(census: Census, memory_bytes: int) -> dict[str, int]:
+def store_limits(census: Census, memory_bytes: int, *, extra_instances: int = 0) -> dict[str, int]:
     """``Store.set_limits`` arguments for a component under a memory budget.
 
     Args:
         census: the component's counts.
         memory_bytes: the call's memory limit, summed over all memories.
+        extra_instances: core instances the host itself adds to the store (the clock
+            bridge of :mod:`host.runtime.clock`; it defines no memory or table).
 
     Returns:
         keyword arguments for ``Store.set_limits``.
@@ -126,7 +135,7 @@ def store_limits(census: Census, memory_bytes: int) -> dict[str, int]:
         "memories": census.memories,
         "tables": census.tables,
         "table_elements": census.max_table_elements + TABLE_HEADROOM,
-        "instances": census.instances,
+        "instances": census.instances + extra_instances,
     }
 
 
@@ -149,6 +158,8 @@ def execute(
     scrub: Callable[[str], str],
     trap_text_bytes: int,
     interrupt: threading.Event | None = None,
+    clock: ClockBridge | None = None,
+    request_body_ceiling: int = 8 << 20,
 ) -> SandboxResult:
     """Run ``call(tool, input_json)`` in a fresh store and instance.
 
@@ -165,11 +176,15 @@ def execute(
         trap_text_bytes: cap on the trap text kept.
         interrupt: set from another thread to stop the guest within one epoch tick
             (:mod:`host.runtime.interrupt`); the call then raises CallCancelled.
+        clock: the deadline clock installed in ``linker`` (required for WASI guests).
+        request_body_ceiling: bytes; a guest request body over it is ``too-large``.
 
     Raises:
         CallCancelled: ``interrupt`` was set while the guest ran.
         SandboxFuelExhausted, SandboxTimeout, SandboxMemory, SandboxTrap: the guest
             trapped (or could not be instantiated); ``details["usage"]`` says what it used.
+            A call that ends after its deadline is SandboxTimeout whatever the guest
+            returned (it may have slept in WASI until the clamped wake-up).
         InputInvalid: the guest returned ``invalid-input``.
         ToolFailed: the guest returned ``failed``.
 
@@ -177,8 +192,14 @@ def execute(
         the guest's output, the call log and usage.
     """
     log = CallLog(limits.max_log_bytes)
-    context = CallContext(egress, secret_available, log)
+    if loaded.shape.uses_wasi and clock is None:
+        raise RuntimeError("a WASI guest needs the deadline clock (host.runtime.clock)")
     started = time.perf_counter()
+    deadline_ns = time.monotonic_ns() + limits.timeout_ms * 1_000_000
+    context = CallContext(
+        egress, secret_available, log,
+        deadline_ns=deadline_ns, clock=clock, body_ceiling=request_body_ceiling,
+    )
     store = wasmtime.Store(engine)
     store.set_fuel(limits.fuel)
     watch = None
@@ -186,10 +207,15 @@ def execute(
         store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
     else:
         watch = InterruptWatch.install(store, interrupt, deadline_ticks(limits.timeout_ms))
-    store.set_limits(**store_limits(loaded.census, limits.memory_bytes))
+    extra = clock.extra_instances if clock is not None and loaded.shape.uses_wasi else 0
+    store.set_limits(**store_limits(loaded.census, limits.memory_bytes, extra_instances=extra))
     if loaded.shape.uses_wasi:
         store.set_wasi(_wasi_config(log))
     outcome = _invoke(store, linker, loaded, context, call_args=(tool, input_json))
+    if time.monotonic_ns() > deadline_ns:
+        # The wall-time bound of DESIGN §12: a guest woken from a clamped WASI sleep may
+        # return before meeting another epoch check; its answer came too late.
+        context.deadline_hit = True
     fuel_left = store.get_fuel()
     del store  # free the instance and its memories now, not when the caller drops an error
     usage = SandboxUsage(
@@ -203,6 +229,10 @@ def execute(
     lines = log.lines(scrub)
     if outcome.failure is not None and watch is not None and watch.cancelled:
         raise CallCancelled(f"the caller cancelled the call of {loaded.name!r}", **_details(usage, lines))
+    if outcome.failure is None and context.deadline_hit:
+        raise SandboxTimeout(
+            f"the call ran past its {limits.timeout_ms} ms deadline", **_details(usage, lines)
+        )
     if outcome.failure is not None:
         raise _classify(
             outcome.failure,
@@ -297,6 +327,8 @@ def _classify(
     error: SandboxTrap
     if not isinstance(failure, wasmtime.WasmtimeError):
         error = SandboxTrap(f"internal error while running {name!r}", **details)
+    elif context.deadline_hit and fuel_left > 0:
+        error = SandboxTimeout(f"the call ran past its {limits.timeout_ms} ms deadline", **details)
     elif context.host_failure is not None:
         function = context.host_failure[0]
         error = SandboxTrap(f"host import `{function}` failed while serving the guest", **details)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from host.config import HostConfig
-from host.egress.port import DenyAllEgress, HttpFailure, HttpResponse
+from host.egress.port import DenyAllEgress, HttpFailure, HttpRequest, HttpResponse
 from host.errors import InputInvalid, ToolFailed
 from host.runtime import LoadedComponent, Runtime, SandboxLimits, SandboxResult
 from sdk.build import build_project
@@ -138,3 +138,25 @@ def test_js_example_builds_and_runs(runtime: Runtime, tmp_path: Path) -> None:
     }
     with pytest.raises(InputInvalid, match="blank"):
         _run(runtime, example, "hello-js.greet", {"name": " "})
+
+
+class _EchoBody:
+    """Answers 200 with the request body reversed (so the direction is visible)."""
+
+    def __init__(self) -> None:
+        self.requests: list[HttpRequest] = []
+
+    def send(self, request: HttpRequest) -> HttpResponse:
+        self.requests.append(request)
+        return HttpResponse(200, (("Content-Type", "application/octet-stream"),), (request.body or b"")[::-1])
+
+
+@pytest.mark.parametrize("size", [0, 256, 64 << 10], ids=["empty", "every-byte", "64KiB"])
+def test_js_binary_body_round_trip_every_byte_value(runtime: Runtime, plugin: LoadedComponent, size: int) -> None:
+    port = _EchoBody()
+    result = json.loads(_run(runtime, plugin, "echojs.binary", {"url": URL, "size": size}, port).output)
+    sent = bytes(i % 256 for i in range(size))
+    [request] = port.requests
+    assert (request.method, request.body, request.headers) == (
+        "PUT", sent, (("Content-Type", "application/octet-stream"),))
+    assert result == {"status": 200, "length": size, "sum": sum(sent), "first": list(sent[::-1][:4])}

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from host.config import HostConfig
-from host.egress.port import DenyAllEgress, HttpFailure, HttpResponse
+from host.egress.port import DenyAllEgress, HttpFailure, HttpRequest, HttpResponse
 from host.errors import InputInvalid, SandboxFuelExhausted, SandboxMemory, SandboxTimeout, ToolFailed
 from host.runtime import LoadedComponent, Runtime, SandboxLimits, SandboxResult
 from sdk.build import build_project
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 LIMITS = SandboxLimits(fuel=2_000_000_000, memory_bytes=256 << 20, timeout_ms=10_000, max_log_bytes=65_536)
 MiB = 1 << 20
+URL = "https://api.echo.example/v1/blob"
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +279,42 @@ def test_python_example_builds_and_runs(runtime: Runtime, tmp_path: Path) -> Non
     assert port.requests[0].url == "https://quotes.example/v1/quotes/today"
     with pytest.raises(InputInvalid, match="blank"):
         _run(runtime, example, "hello.greet", {"name": " "})
+
+
+def test_time_sleep_past_the_deadline_answers_timeout(
+    runtime: Runtime, plugins: dict[str, LoadedComponent]
+) -> None:
+    # time.sleep blocks in wasi:io/poll on a monotonic-clock pollable, a host function
+    # where epoch interruption never fires (issue 9): the host's clock wakes it by the
+    # deadline. The bound is generous: long before the 30 s sleep would end.
+    limits = SandboxLimits(fuel=LIMITS.fuel, memory_bytes=LIMITS.memory_bytes, timeout_ms=1_000, max_log_bytes=1024)
+    started = time.monotonic()
+    with pytest.raises(SandboxTimeout, match="past its 1000 ms deadline"):
+        _run(runtime, plugins["hostile_py"], "hostile.sleep", {"seconds": 30}, limits=limits)
+    assert time.monotonic() - started < 15
+    assert _output(_run(runtime, plugins["hostile_py"], "hostile.sleep", {"seconds": 0})) == "slept"
+
+
+class _EchoBody:
+    """Answers 200 with the request body reversed (so the direction is visible)."""
+
+    def __init__(self) -> None:
+        self.requests: list[HttpRequest] = []
+
+    def send(self, request: HttpRequest) -> HttpResponse:
+        self.requests.append(request)
+        return HttpResponse(200, (("Content-Type", "application/octet-stream"),), (request.body or b"")[::-1])
+
+
+@pytest.mark.parametrize("size", [0, 256, 3 * MiB], ids=["empty", "every-byte", "3MiB"])
+def test_binary_body_round_trip_every_byte_value(
+    runtime: Runtime, plugins: dict[str, LoadedComponent], size: int
+) -> None:
+    # 1.0.0 trapped past ~3 MiB ("fuel allocated for hostcalls has been exhausted").
+    port = _EchoBody()
+    result = _output(_run(runtime, plugins["echo_py"], "echo.binary", {"url": URL, "size": size}, egress=port))
+    sent = bytes(i % 256 for i in range(size))
+    [request] = port.requests
+    assert (request.method, request.body, request.headers) == (
+        "PUT", sent, (("Content-Type", "application/octet-stream"),))
+    assert result == {"status": 200, "length": size, "sum": sum(sent), "first": list(sent[::-1][:4])}

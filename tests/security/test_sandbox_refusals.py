@@ -93,16 +93,16 @@ _FUNC = "(func (param \"x\" string))"
         (f'(import "log" {_FUNC})', "log"),
         ('(import "wasi:cli/environment@0.2.0" (func (result (list string))))',
          "wasi:cli/environment@0.2.0"),
-        (f'(import "stockade:plugin/host@1.0.0" (instance (export "spawn" {_FUNC})))',
-         "stockade:plugin/host@1.0.0#spawn"),
-        ('(import "stockade:plugin/host@1.0.0" (instance (export "log" (func (param "level" string) '
-         '(param "message" string)))))', "stockade:plugin/host@1.0.0#log"),
-        ('(import "stockade:plugin/host@1.0.0" (instance (export "secret-available" '
-         '(func (param "name" string) (result string)))))', "stockade:plugin/host@1.0.0#secret-available"),
-        (f'(import "stockade:plugin/types@1.0.0" (instance (export "log" {_FUNC})))',
-         "stockade:plugin/types@1.0.0#log"),
-        ('(import "stockade:plugin/types@1.0.0" (instance (type $t (enum "a")) (export "log-level" '
-         '(type (eq $t)))))', "stockade:plugin/types@1.0.0#log-level"),
+        (f'(import "stockade:plugin/host@1.1.0" (instance (export "spawn" {_FUNC})))',
+         "stockade:plugin/host@1.1.0#spawn"),
+        ('(import "stockade:plugin/host@1.1.0" (instance (export "log" (func (param "level" string) '
+         '(param "message" string)))))', "stockade:plugin/host@1.1.0#log"),
+        ('(import "stockade:plugin/host@1.1.0" (instance (export "secret-available" '
+         '(func (param "name" string) (result string)))))', "stockade:plugin/host@1.1.0#secret-available"),
+        (f'(import "stockade:plugin/types@1.1.0" (instance (export "log" {_FUNC})))',
+         "stockade:plugin/types@1.1.0#log"),
+        ('(import "stockade:plugin/types@1.1.0" (instance (type $t (enum "a")) (export "log-level" '
+         '(type (eq $t)))))', "stockade:plugin/types@1.1.0#log-level"),
     ],
     ids=[
         "wasi-http-handler", "wasi-http-types", "unknown-package", "host-major-2", "host-major-0",
@@ -124,7 +124,7 @@ def test_forbidden_import_refused_and_named(rt: Runtime, decl: str, named: str) 
     [
         '(import "wasi:random/random@0.2.0" (instance (export "get-random-u64" (func (result u64)))))',
         '(import "wasi:clocks/monotonic-clock@0.2.3" (instance (export "now" (func (result u64)))))',
-        '(import "stockade:plugin/types@1.0.0" (instance (type $t (enum "debug" "info" "warn" "error")) '
+        '(import "stockade:plugin/types@1.1.0" (instance (type $t (enum "debug" "info" "warn" "error")) '
         '(export "log-level" (type (eq $t)))))',
     ],
     ids=["wasi-random", "wasi-clocks", "types-instance"],
@@ -144,6 +144,33 @@ def test_host_minor_version_is_linked(rt: Runtime) -> None:
     assert result.output == "hello from 1.3"
     assert [line.text for line in result.log] == ["hello from 1.3"]
 
+
+
+_V1_0_HTTP = (
+    '(type $h (record (field "name" string) (field "value" string))) (export "header" (type $hh (eq $h))) '
+    '(type $rq (record (field "method" string) (field "url" string) (field "headers" (list $hh)) '
+    '(field "body" (option (list u8))) (field "timeout-ms" (option u32)))) (export "request" (type $r (eq $rq))) '
+)
+
+
+@pytest.mark.parametrize(
+    "decl",
+    [
+        f'(import "stockade:plugin/host@1.0.0" (instance (export "log" {_FUNC})))',
+        f'(import "stockade:plugin/types@1.0.0" (instance {_V1_0_HTTP}))',
+        f'(import "stockade:plugin/host@1.0.3" (instance {_V1_0_HTTP}))',
+    ],
+    ids=["host-1.0.0", "types-1.0.0", "host-1.0.3"],
+)
+def test_component_built_for_wit_1_0_refused_with_rebuild_hint(rt: Runtime, decl: str) -> None:
+    # 1.0.0 carried headers as list<header> and bodies as list<u8>, which wasmtime-py
+    # lifts element by element in Python outside every limit (issue 9 item 3).
+    with pytest.raises(ComponentRefused, match=r"stockade:plugin@1\.0\.0") as info:
+        _load(rt, wat.import_component(decl))
+    assert info.value.code == "COMPONENT_REFUSED"
+    assert "stockade build" in info.value.hint
+    assert info.value.details["import_name"].startswith("stockade:plugin/")
+    assert _artifacts(rt) == []
 
 @pytest.mark.parametrize(
     "pinned",

@@ -58,7 +58,7 @@ def make_manifest(*, module_bytes: bytes = MODULE_BYTES, **overrides: Any) -> di
         "format": "stockade.manifest/1",
         "package": {"name": "tracker", "version": "1.2.0", "description": "Issue tracker tools.",
                     "homepage": None},
-        "module": {"file": "module.wasm", "sha256": sha256(module_bytes), "world": "stockade:plugin/tool@1.0.0"},
+        "module": {"file": "module.wasm", "sha256": sha256(module_bytes), "world": "stockade:plugin/tool@1.1.0"},
         "limits": {"fuel": 2_000_000_000, "memory_bytes": 134_217_728, "timeout_ms": 10_000,
                    "max_http_requests": 16, "max_log_bytes": 65_536},
         "http": {

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "ECHO_WAT",
     "HOST_FUNCS",
+    "WAIT_KINDS",
     "WASI_FUNCS",
     "aggregate_memory_bomb_component",
     "core_module",
@@ -46,6 +47,7 @@ __all__ = [
     "environment_component",
     "exit_component",
     "guest",
+    "http_boundary_component",
     "http_component",
     "import_component",
     "log_flood_component",
@@ -62,6 +64,7 @@ __all__ = [
     "table_bomb_component",
     "tool_error_component",
     "unreachable_component",
+    "wasi_wait_component",
     "wrong_call_component",
 ]
 
@@ -101,12 +104,10 @@ ECHO_WAT = """
 """The trivial echo component: ``call(tool, input)`` returns ``input``."""
 
 _HOST_TYPES = """
-    (type $h (record (field "name" string) (field "value" string)))
-    (export "header" (type $header (eq $h)))
-    (type $rq (record (field "method" string) (field "url" string) (field "headers" (list $header))
-                      (field "body" (option (list u8))) (field "timeout-ms" (option u32))))
+    (type $rq (record (field "method" string) (field "url" string) (field "headers" string)
+                      (field "body" (option string)) (field "timeout-ms" (option u32))))
     (export "request" (type $request (eq $rq)))
-    (type $rs (record (field "status" u16) (field "headers" (list $header)) (field "body" (list u8))))
+    (type $rs (record (field "status" u16) (field "headers" string) (field "body" string)))
     (export "response" (type $response (eq $rs)))
     (type $he (variant (case "denied" string) (case "credential-unavailable" string)
                        (case "invalid-request" string) (case "too-large") (case "timeout")
@@ -254,7 +255,7 @@ def guest(
     host: Sequence[str] = (),
     strings: Mapping[str, str] | None = None,
     funcs: str = "",
-    host_interface: str = "stockade:plugin/host@1.0.0",
+    host_interface: str = "stockade:plugin/host@1.1.0",
     extra: str = "",
     pages: int = 1,
     core_start: str = "",
@@ -415,19 +416,15 @@ def http_component() -> bytes:
     """Sends POST <input> with header x-test: 1, body "body", timeout 1234 ms.
 
     Output: ``ok:<status>:<body>`` on success, ``err:<case index>:<detail>`` on error
-    (``detail`` empty for the payload-less cases).
+    (``detail`` empty for the payload-less cases). The body is returned as the latin-1
+    text the host sent (UTF-8 in the output).
     """
     return guest(
         """
-        (local $r i32) (local $hdr i32)
-        (local.set $hdr (call $alloc (i32.const 16)))
-        (i32.store (local.get $hdr) {P:hname})
-        (i32.store offset=4 (local.get $hdr) {L:hname})
-        (i32.store offset=8 (local.get $hdr) {P:hvalue})
-        (i32.store offset=12 (local.get $hdr) {L:hvalue})
+        (local $r i32)
         (local.set $r (call $alloc (i32.const 64)))
         (call $http_request {S:method} (local.get $ip) (local.get $il)
-          (local.get $hdr) (i32.const 1)
+          {S:headers}
           (i32.const 1) {S:body}
           (i32.const 1) (i32.const 1234)
           (local.get $r))
@@ -448,8 +445,101 @@ def http_component() -> bytes:
               (then (call $emit (i32.load offset=8 (local.get $r)) (i32.load offset=12 (local.get $r)))))))
         (call $done)""",
         host=["http-request"],
-        strings={"method": "POST", "body": "body", "hname": "x-test", "hvalue": "1",
+        strings={"method": "POST", "body": "body", "headers": '[["x-test","1"]]',
                  "ok": "ok:", "err": "err:", "colon": ":"},
+    )
+
+
+def http_boundary_component(
+    *, body_bytes: int = 0, fill: str = "none", headers: str | None = None, header_count: int = 0,
+    pages: int = 1, body_text: str = "", send_body: bool = True,
+) -> bytes:
+    """Sends one POST to its input URL with a large body or header block (issue 9 item 3).
+
+    Args:
+        body_bytes: characters of the body (one per byte, latin-1 mapping).
+        fill: ``none`` (no body), ``ascii`` (``a`` repeated: one UTF-8 byte each),
+            ``latin1`` (``é``, U+00E9, repeated: two UTF-8 bytes each, the costly case) or
+            ``text`` (``body_text`` as it is).
+        headers: the header block text; default: ``header_count`` empty ``["",""]`` pairs.
+        header_count: pairs generated when ``headers`` is None.
+        pages: initial memory pages (bodies need room in the guest).
+        body_text: the body for ``fill="text"``.
+        send_body: False builds the body but sends none (to time the guest's own work).
+
+    Output: ``ok:<status>:<UTF-8 bytes of the response body>`` or ``err:<case>:<detail>``.
+    """
+    if fill not in ("none", "ascii", "latin1", "text"):
+        raise ValueError(fill)
+    strings = {"method": "POST", "ok": "ok:", "err": "err:", "colon": ":",
+               "headers": headers if headers is not None else "[]", "body": body_text}
+    if fill == "text":
+        make_body = ""
+        body_args = "(i32.const 1) {S:body}"
+    elif fill == "none":
+        make_body = "(local.set $blen (i32.const 0))"
+        body_args = "(i32.const 0) (i32.const 0) (i32.const 0)"
+    elif fill == "ascii":
+        make_body = f"""(local.set $blen (i32.const {body_bytes}))
+        (local.set $body (call $alloc (local.get $blen)))
+        (memory.fill (local.get $body) (i32.const 0x61) (local.get $blen))"""
+        body_args = "(i32.const 1) (local.get $body) (local.get $blen)"
+    else:
+        make_body = f"""(local.set $blen (i32.const {2 * body_bytes}))
+        (local.set $body (call $alloc (local.get $blen)))
+        (local.set $i (i32.const 0))
+        (block $done (loop $fill
+          (br_if $done (i32.ge_u (local.get $i) (local.get $blen)))
+          (i32.store16 (i32.add (local.get $body) (local.get $i)) (i32.const 0xA9C3))
+          (local.set $i (i32.add (local.get $i) (i32.const 2)))
+          (br $fill)))"""
+        body_args = "(i32.const 1) (local.get $body) (local.get $blen)"
+    if not send_body:
+        body_args = "(i32.const 0) (i32.const 0) (i32.const 0)"
+    if headers is None and header_count > 0:
+        make_headers = f"""(local.set $hlen (i32.add (i32.const 1) (i32.mul (i32.const 8) (i32.const {header_count}))))
+        (local.set $hdr (call $alloc (local.get $hlen)))
+        (i32.store8 (local.get $hdr) (i32.const 0x5B))
+        (local.set $i (i32.const 0))
+        (block $done (loop $pairs
+          (br_if $done (i32.ge_u (local.get $i) (i32.const {header_count})))
+          (i64.store (i32.add (i32.add (local.get $hdr) (i32.const 1)) (i32.mul (local.get $i) (i32.const 8)))
+                     (i64.const 0x2C5D22222C22225B))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br $pairs)))
+        (i32.store8 (i32.sub (i32.add (local.get $hdr) (local.get $hlen)) (i32.const 1)) (i32.const 0x5D))"""
+    else:
+        make_headers = "(local.set $hdr {P:headers}) (local.set $hlen {L:headers})"
+    return guest(
+        f"""
+        (local $r i32) (local $body i32) (local $blen i32) (local $hdr i32) (local $hlen i32) (local $i i32)
+        {make_body}
+        {make_headers}
+        (local.set $r (call $alloc (i32.const 64)))
+        (call $http_request {{S:method}} (local.get $ip) (local.get $il)
+          (local.get $hdr) (local.get $hlen)
+          {body_args}
+          (i32.const 0) (i32.const 0)
+          (local.get $r))
+        (if (i32.eqz (i32.load8_u (local.get $r)))
+          (then
+            (call $emit {{S:ok}})
+            (call $emit_u32 (i32.load16_u offset=4 (local.get $r)))
+            (call $emit {{S:colon}})
+            (call $emit_u32 (i32.load offset=20 (local.get $r))))
+          (else
+            (call $emit {{S:err}})
+            (call $emit_u32 (i32.load8_u offset=4 (local.get $r)))
+            (call $emit {{S:colon}})
+            (if (i32.eqz (i32.or
+                  (i32.eq (i32.load8_u offset=4 (local.get $r)) (i32.const 3))
+                  (i32.or (i32.eq (i32.load8_u offset=4 (local.get $r)) (i32.const 4))
+                          (i32.eq (i32.load8_u offset=4 (local.get $r)) (i32.const 5)))))
+              (then (call $emit (i32.load offset=8 (local.get $r)) (i32.load offset=12 (local.get $r)))))))
+        (call $done)""",
+        host=["http-request"],
+        strings=strings,
+        pages=pages,
     )
 
 
@@ -536,6 +626,153 @@ def stream_component(text: str, *, writes: int = 1, stream: str = "stdout", then
     (with "wasi" (instance (export "get-stream" (func $get-stream-core)) (export "write" (func $write-core))))))
   (func $call {CALL_TYPE}
     (canon lift (core func $main "call") (memory (core memory $mem "mem")) (realloc (core func $mem "realloc"))))
+  (export "call" (func $call))
+)""")
+
+
+WAIT_KINDS = ("block", "poll", "instant", "stdin-read", "stdin-block", "stdout-block", "flood", "sleeps")
+"""The ways :func:`wasi_wait_component` waits inside WASI."""
+
+
+def wasi_wait_component(
+    kind: str, *, seconds: float = 8.0, wasi_version: str = "0.2.0", times: int = 1
+) -> bytes:
+    """Waits inside a WASI host function, then returns "woke" (no epoch check after).
+
+    Args:
+        kind: ``block`` — ``monotonic-clock.subscribe-duration(seconds)`` then
+            ``[method]pollable.block`` (the issue-9 sleep); ``poll`` — the same
+            pollable through ``wasi:io/poll.poll``; ``instant`` —
+            ``subscribe-instant(now + seconds)`` then ``block``; ``stdin-read`` —
+            ``[method]input-stream.blocking-read`` of stdin; ``stdin-block`` — stdin's
+            ``subscribe`` then ``block``; ``stdout-block`` — stdout's ``subscribe`` then
+            ``block``.
+        seconds: how long the clock kinds ask to sleep.
+        wasi_version: the WASI 0.2.x version the imports name.
+    """
+    if kind not in WAIT_KINDS:
+        raise ValueError(kind)
+    ns = int(seconds * 1e9)
+    v = wasi_version
+    bodies = {
+        "block": f"(local.set $p (call $subscribe_duration (i64.const {ns}))) (call $block (local.get $p))",
+        "poll": f"""(local.set $p (call $subscribe_duration (i64.const {ns})))
+            (i32.store (i32.const 256) (local.get $p))
+            (call $poll (i32.const 256) (i32.const 1) (i32.const 264))""",
+        "instant": f"""(local.set $p (call $subscribe_instant (i64.add (call $now) (i64.const {ns}))))
+            (call $block (local.get $p))""",
+        "stdin-read": "(call $blocking_read (call $get_stdin) (i64.const 4096) (i32.const 264))",
+        "stdin-block": "(local.set $p (call $input_subscribe (call $get_stdin))) (call $block (local.get $p))",
+        "stdout-block": "(local.set $p (call $output_subscribe (call $get_stdout))) (call $block (local.get $p))",
+        "sleeps": f"""(local.set $p (i32.const {times}))
+            (loop $again
+              (call $block (local.tee $h (call $subscribe_duration (i64.const {ns}))))
+              (call $drop (local.get $h))
+              (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+              (br_if $again (i32.gt_s (local.get $p) (i32.const 0))))""",
+        "flood": f"""(local.set $p (i32.const {times}))
+            (loop $again
+              (call $drop (call $subscribe_duration (i64.const {ns})))
+              (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+              (br_if $again (i32.gt_s (local.get $p) (i32.const 0))))""",
+    }
+    mem = '(memory (core memory $mem "mem")) (realloc (core func $mem "realloc"))'
+    return _compile(f"""
+(component
+  {TOOL_ERROR}
+  (export $tool-error "tool-error" (type $te))
+  (import "wasi:io/poll@{v}" (instance $poll
+    (export "pollable" (type $p (sub resource)))
+    (export "[method]pollable.block" (func (param "self" (borrow $p))))
+    (export "poll" (func (param "in" (list (borrow $p))) (result (list u32))))))
+  (alias export $poll "pollable" (type $pollable))
+  (alias export $poll "[method]pollable.block" (func $block))
+  (alias export $poll "poll" (func $poll-fn))
+  (import "wasi:clocks/monotonic-clock@{v}" (instance $clock
+    (alias outer 1 $pollable (type $p))
+    (export "pollable" (type $p2 (eq $p)))
+    (export "now" (func (result u64)))
+    (export "subscribe-duration" (func (param "when" u64) (result (own $p2))))
+    (export "subscribe-instant" (func (param "when" u64) (result (own $p2))))))
+  (alias export $clock "now" (func $now))
+  (alias export $clock "subscribe-duration" (func $subscribe-duration))
+  (alias export $clock "subscribe-instant" (func $subscribe-instant))
+  (import "wasi:io/error@{v}" (instance $io-error (export "error" (type (sub resource)))))
+  (alias export $io-error "error" (type $error))
+  (import "wasi:io/streams@{v}" (instance $streams
+    (alias outer 1 $error (type $e))
+    (alias outer 1 $pollable (type $pl))
+    (export "error" (type $e2 (eq $e)))
+    (export "pollable" (type $pl2 (eq $pl)))
+    (export "input-stream" (type $is (sub resource)))
+    (export "output-stream" (type $os (sub resource)))
+    (type $se (variant (case "last-operation-failed" (own $e2)) (case "closed")))
+    (export "stream-error" (type $se2 (eq $se)))
+    (export "[method]input-stream.blocking-read"
+      (func (param "self" (borrow $is)) (param "len" u64) (result (result (list u8) (error $se2)))))
+    (export "[method]input-stream.subscribe" (func (param "self" (borrow $is)) (result (own $pl2))))
+    (export "[method]output-stream.subscribe" (func (param "self" (borrow $os)) (result (own $pl2))))))
+  (alias export $streams "input-stream" (type $input-stream))
+  (alias export $streams "output-stream" (type $output-stream))
+  (alias export $streams "[method]input-stream.blocking-read" (func $blocking-read))
+  (alias export $streams "[method]input-stream.subscribe" (func $input-subscribe))
+  (alias export $streams "[method]output-stream.subscribe" (func $output-subscribe))
+  (import "wasi:cli/stdin@{v}" (instance $stdin
+    (alias outer 1 $input-stream (type $i))
+    (export "input-stream" (type $i2 (eq $i)))
+    (export "get-stdin" (func (result (own $i2))))))
+  (alias export $stdin "get-stdin" (func $get-stdin))
+  (import "wasi:cli/stdout@{v}" (instance $stdout
+    (alias outer 1 $output-stream (type $o))
+    (export "output-stream" (type $o2 (eq $o)))
+    (export "get-stdout" (func (result (own $o2))))))
+  (alias export $stdout "get-stdout" (func $get-stdout))
+{_MEM_MODULE.format(pages=1, heap=32768)}
+  (core func $c-block (canon lower (func $block)))
+  (core func $c-poll (canon lower (func $poll-fn) {mem}))
+  (core func $c-now (canon lower (func $now)))
+  (core func $c-subscribe-duration (canon lower (func $subscribe-duration)))
+  (core func $c-subscribe-instant (canon lower (func $subscribe-instant)))
+  (core func $c-blocking-read (canon lower (func $blocking-read) {mem}))
+  (core func $c-input-subscribe (canon lower (func $input-subscribe)))
+  (core func $c-output-subscribe (canon lower (func $output-subscribe)))
+  (core func $c-get-stdin (canon lower (func $get-stdin)))
+  (core func $c-get-stdout (canon lower (func $get-stdout)))
+  (core func $c-drop (canon resource.drop $pollable))
+  (core module $Main
+    (import "env" "mem" (memory 1))
+    (import "wasi" "block" (func $block (param i32)))
+    (import "wasi" "poll" (func $poll (param i32 i32 i32)))
+    (import "wasi" "now" (func $now (result i64)))
+    (import "wasi" "subscribe-duration" (func $subscribe_duration (param i64) (result i32)))
+    (import "wasi" "subscribe-instant" (func $subscribe_instant (param i64) (result i32)))
+    (import "wasi" "blocking-read" (func $blocking_read (param i32 i64 i32)))
+    (import "wasi" "input-subscribe" (func $input_subscribe (param i32) (result i32)))
+    (import "wasi" "output-subscribe" (func $output_subscribe (param i32) (result i32)))
+    (import "wasi" "get-stdin" (func $get_stdin (result i32)))
+    (import "wasi" "get-stdout" (func $get_stdout (result i32)))
+    (import "wasi" "drop" (func $drop (param i32)))
+    (data (i32.const 8192) "woke")
+    (func (export "call") (param i32 i32 i32 i32) (result i32)
+      (local $p i32) (local $h i32)
+      {bodies[kind]}
+      (i32.store (i32.const 0) (i32.const 0))
+      (i32.store (i32.const 4) (i32.const 8192))
+      (i32.store (i32.const 8) (i32.const 4))
+      (i32.const 0)))
+  (core instance $main (instantiate $Main
+    (with "env" (instance (export "mem" (memory $mem "mem"))))
+    (with "wasi" (instance
+      (export "block" (func $c-block)) (export "poll" (func $c-poll)) (export "now" (func $c-now))
+      (export "subscribe-duration" (func $c-subscribe-duration))
+      (export "subscribe-instant" (func $c-subscribe-instant))
+      (export "blocking-read" (func $c-blocking-read))
+      (export "input-subscribe" (func $c-input-subscribe))
+      (export "output-subscribe" (func $c-output-subscribe))
+      (export "get-stdin" (func $c-get-stdin)) (export "get-stdout" (func $c-get-stdout))
+      (export "drop" (func $c-drop))))))
+  (func $call {CALL_TYPE}
+    (canon lift (core func $main "call") {mem}))
   (export "call" (func $call))
 )""")
 

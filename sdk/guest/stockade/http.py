@@ -9,6 +9,11 @@ Example::
     r = http.get("https://api.tracker.example/v1/issues", headers={"Accept": "application/json"})
     issues = r.json()
     http.post("https://api.tracker.example/v1/issues", json={"title": "x"})
+
+Crossing the boundary (``stockade:plugin@1.1.0``): headers travel as one JSON text of
+``[name, value]`` pairs and bodies as latin-1 text (byte b is the character U+00b), so
+the host moves each with one copy. This module applies both mappings: authors pass and
+receive ``bytes``/``str`` bodies and header lists exactly as before.
 """
 
 from __future__ import annotations
@@ -105,25 +110,38 @@ class Response:
         return f"<Response {self.status} ({len(self.body)} bytes)>"
 
 
-def _header_list(headers):
+def _header_block(headers):
+    """Headers (mapping or pairs) as the WIT header block: JSON ``[[name, value], ...]``."""
     if headers is None:
-        return []
+        return "[]"
     pairs = headers.items() if hasattr(headers, "items") else headers
     out = []
     for name, value in pairs:
         if not isinstance(name, str) or not isinstance(value, str):
             raise TypeError("header names and values must be str")
-        out.append(types.Header(name=name, value=value))
-    return out
+        out.append([name, value])
+    return _json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
 
-def _body_bytes(body):
+def _parse_header_block(text):
+    """The host's header block as ``(name, value)`` pairs (empty if it is malformed)."""
+    try:
+        items = _json.loads(text) if text else []
+    except ValueError:
+        return []
+    if not isinstance(items, list):
+        return []
+    return [(str(item[0]), str(item[1])) for item in items if isinstance(item, list) and len(item) == 2]
+
+
+def _body_text(body):
+    """A body (bytes, or str sent as UTF-8) as latin-1 text: one character per byte."""
     if body is None:
         return None
     if isinstance(body, str):
-        return body.encode("utf-8")
+        body = body.encode("utf-8")
     if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body)
+        return bytes(body).decode("latin-1")
     raise TypeError("body must be bytes, str or None")
 
 
@@ -165,15 +183,15 @@ def request(method, url, *, headers=None, body=None, timeout_ms=None):
     req = types.Request(
         method=method.upper(),
         url=url,
-        headers=_header_list(headers),
-        body=_body_bytes(body),
+        headers=_header_block(headers),
+        body=_body_text(body),
         timeout_ms=_check_timeout(timeout_ms),
     )
     try:
         resp = host.http_request(req)
     except Err as err:
         _raise_http_error(err.value)
-    return Response(resp.status, [(h.name, h.value) for h in resp.headers], resp.body)
+    return Response(resp.status, _parse_header_block(resp.headers), resp.body.encode("latin-1"))
 
 
 def get(url, *, headers=None, timeout_ms=None):

@@ -40,3 +40,14 @@ tool("echojs.fail", (input) => {
       throw new TypeError("unexpected");
   }
 });
+
+// Every byte value both ways (WIT 1.1.0 maps bodies to latin-1 text and back).
+tool("echojs.binary", (input) => {
+  const body = new Uint8Array(input.size);
+  for (let i = 0; i < body.length; i++) body[i] = i % 256;
+  const r = http.request("PUT", input.url, { headers: { "Content-Type": "application/octet-stream" }, body });
+  const bytes = r.body;
+  let sum = 0;
+  for (let i = 0; i < bytes.length; i++) sum += bytes[i];
+  return { status: r.status, length: bytes.length, sum, first: Array.from(bytes.subarray(0, 4)) };
+});

@@ -50,3 +50,12 @@ def log_lines(input):
     log.warn("warn")
     log.error("error %s %s", "missing-arg")
     return secret_available(input.get("secret", "none"))
+
+
+@tool("echo.binary")
+def binary(input):
+    # Every byte value both ways (WIT 1.1.0 maps bodies to latin-1 text and back).
+    size = input["size"]
+    body = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    r = http.request("PUT", input["url"], headers={"Content-Type": "application/octet-stream"}, body=body)
+    return {"status": r.status, "length": len(r.body), "sum": sum(r.body), "first": list(r.body[:4])}

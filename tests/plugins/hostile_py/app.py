@@ -7,6 +7,7 @@ import encodings.idna  # noqa: F401 - socket needs it for host names; imported a
 import os
 import socket
 import sys
+import time
 
 from stockade import tool
 
@@ -77,3 +78,11 @@ def spin(input):
     n = 0
     while True:
         n += 1
+
+
+@tool("hostile.sleep")
+def sleep(input):
+    # wasi-libc sleeps through wasi:clocks subscribe-duration + wasi:io/poll block: a
+    # host function, where epoch interruption never fires (issue 9).
+    time.sleep(input["seconds"])
+    return "slept"

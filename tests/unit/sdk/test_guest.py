@@ -167,19 +167,16 @@ def test_request_arguments_reach_the_host_exactly(guest: Guest) -> None:
     t = guest.types
     guest.host.answer = t.Response(
         status=201,
-        headers=[t.Header("Content-Type", "application/json"), t.Header("X-A", "1")],
-        body=b'{"id": 7}',
+        headers='[["Content-Type","application/json"],["X-A","1"]]',
+        body='{"id": 7}',
     )
     r = guest.stockade.http.post(
         "https://api.example/v1/issues", json={"title": "é"}, headers={"X-Trace": "abc"}, timeout_ms=500
     )
     sent = guest.host.requests[0]
     assert (sent.method, sent.url, sent.timeout_ms) == ("POST", "https://api.example/v1/issues", 500)
-    assert [(h.name, h.value) for h in sent.headers] == [
-        ("X-Trace", "abc"),
-        ("Content-Type", "application/json"),
-    ]
-    assert json.loads(sent.body) == {"title": "é"}
+    assert json.loads(sent.headers) == [["X-Trace", "abc"], ["Content-Type", "application/json"]]
+    assert json.loads(sent.body.encode("latin-1")) == {"title": "é"}  # UTF-8 bytes, latin-1 mapped
     assert (r.status, r.ok, r.json(), r.headers["content-type"], r.headers.get("x-missing")) == (
         201,
         True,
@@ -188,7 +185,24 @@ def test_request_arguments_reach_the_host_exactly(guest: Guest) -> None:
         None,
     )
     guest.stockade.http.request("get", "https://api.example/v1", body="ü")
-    assert (guest.host.requests[1].method, guest.host.requests[1].body) == ("GET", "ü".encode())
+    assert (guest.host.requests[1].method, guest.host.requests[1].body) == ("GET", "ü".encode().decode("latin-1"))
+
+
+def test_binary_bodies_cross_the_boundary_byte_for_byte(guest: Guest) -> None:
+    # WIT 1.1.0 carries bodies as latin-1 text; the SDK maps bytes both ways, so every
+    # byte value survives and the author only ever sees bytes.
+    every_byte = bytes(range(256))
+    guest.host.answer = guest.types.Response(status=200, headers="[]", body=every_byte[::-1].decode("latin-1"))
+    r = guest.stockade.http.request("PUT", "https://api.example/v1/blob", body=every_byte)
+    assert guest.host.requests[0].body == every_byte.decode("latin-1")
+    assert (r.body, r.headers.items()) == (every_byte[::-1], [])
+
+
+def test_no_body_and_no_headers_are_none_and_an_empty_block(guest: Guest) -> None:
+    guest.host.answer = guest.types.Response(status=204, headers="[]", body="")
+    r = guest.stockade.http.get("https://api.example/v1")
+    sent = guest.host.requests[0]
+    assert (sent.headers, sent.body, r.body, len(r.headers)) == ("[]", None, b"", 0)
 
 
 @pytest.mark.parametrize(

@@ -246,7 +246,7 @@ def test_unknown_tool_and_wrong_version_refused(h: Harness) -> None:
 
 def test_calls_run_as_the_documented_principal(h: Harness) -> None:
     assert h.principal.project == "test" and h.principal.subject == "author"
-    assert h.tools == ["echo.counter", "echo.echo", "echo.fail", "echo.fetch", "echo.log"]
+    assert h.tools == ["echo.binary", "echo.counter", "echo.echo", "echo.fail", "echo.fetch", "echo.log"]
     assert h.call("echo.log", {"secret": "bearer_token"}).output is True
     assert h.call("echo.log", {"secret": "never_stored"}).output is False
 

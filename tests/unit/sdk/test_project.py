@@ -63,7 +63,7 @@ def test_toml_maps_onto_the_design_manifest(tmp_path: Path) -> None:
     assert (manifest.package.name, manifest.package.homepage, manifest.module.world) == (
         "tracker",
         None,
-        "stockade:plugin/tool@1.0.0",
+        "stockade:plugin/tool@1.1.0",
     )
     assert (tool.version, tool.timeout_s, tool.permissions, tool.input_schema["required"]) == (
         "1.2.0",

@@ -23,7 +23,7 @@ def test_echo_call_type_described_exactly() -> None:
 
 def test_host_function_types_match_the_wit() -> None:
     component = _compile(wat.guest("(call $done)", host=["log", "secret-available", "http-request"]))
-    host = component.type.imports(ENGINE)["stockade:plugin/host@1.0.0"].ty
+    host = component.type.imports(ENGINE)["stockade:plugin/host@1.1.0"].ty
     for name, expected in HOST_FUNCTION_TYPES.items():
         assert describe_func(host.exports(ENGINE)[name].ty) == expected
 
