@@ -46,6 +46,7 @@ from typing import Final
 from host.canonical import canonical_json
 from host.manifest import PackageManifest
 from sdk.project import PLACEHOLDER_SHA256, Project, load_project
+from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
 __all__ = [
     "BuildError",
@@ -65,7 +66,6 @@ GUEST_DIR: Final = SDK_DIR / "guest"
 JS_DIR: Final = SDK_DIR / "js"
 WIT_PATH: Final = SDK_DIR / "wit" / "stockade.wit"
 WORLD_NAME: Final = "tool"
-NODE_MODULES: Final = SDK_DIR.parent / "node_modules"
 ENTRY_MODULE: Final = "_stockade_entry"
 MAX_SOURCE_FILES: Final = 2000  # files staged from one project
 MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024  # bytes staged from one project
@@ -163,7 +163,7 @@ def build_project(
         report("staging sources", 0.05)
         sources = _stage(project, stage, exclude=out)
         target = _Target(Path(wit_path) if wit_path is not None else WIT_PATH, world or WORLD_NAME)
-        key = _cache_key(project, sources, target)
+        key = _cache_key(project, sources, target, report)
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         module = _cache_get(cache, key)
         cached = module is not None
@@ -293,22 +293,27 @@ def _node() -> str:
     return node
 
 
-def _toolchain(language: str) -> dict[str, str]:
-    """Versions of the tools a build of ``language`` uses (part of the cache key)."""
+def _toolchain(language: str, report: ProgressCallback = _noop) -> dict[str, str]:
+    """Versions of the tools a build of ``language`` uses (part of the cache key).
+
+    For JavaScript this makes sure the per-user toolchain is installed (installing it
+    on the first JavaScript build, see :mod:`sdk.toolchain`).
+    """
     if language == "python":
         try:
             return {"componentize-py": importlib.metadata.version("componentize-py")}
         except importlib.metadata.PackageNotFoundError:
-            raise BuildError("componentize-py is not installed: pip install -e '.[dev]'") from None
-    package = NODE_MODULES / "@bytecodealliance" / "componentize-js" / "package.json"
-    try:
-        version = str(json.loads(package.read_text("utf-8"))["version"])
-    except (OSError, ValueError, KeyError):
-        raise BuildError(
-            f"componentize-js is not installed in {NODE_MODULES}: run `npm ci` in {NODE_MODULES.parent}"
-        ) from None
+            raise BuildError("componentize-py is not installed: pip install 'stockade[build]'") from None
+    toolchain = _js_toolchain(report)
     node = subprocess.run([_node(), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    return {"componentize-js": version, "node": node.stdout.strip()}
+    return {**toolchain.versions, "node": node.stdout.strip()}
+
+
+def _js_toolchain(report: ProgressCallback) -> JsToolchain:
+    try:
+        return ensure_js_toolchain(report)
+    except ToolchainError as exc:
+        raise BuildError(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +333,9 @@ class _Target:
         }
 
 
-def _cache_key(project: Project, files: dict[str, bytes], target: _Target) -> str:
+def _cache_key(
+    project: Project, files: dict[str, bytes], target: _Target, report: ProgressCallback = _noop
+) -> str:
     statement = {
         "format": "stockade-build/1",
         "language": project.language,
@@ -338,7 +345,7 @@ def _cache_key(project: Project, files: dict[str, bytes], target: _Target) -> st
         "wit": target.digest(),
         "world": target.world,
         "builder": _sha256(Path(__file__).read_bytes()),
-        "toolchain": _toolchain(project.language),
+        "toolchain": _toolchain(project.language, report),
     }
     return _sha256(canonical_json(statement))
 
@@ -439,10 +446,25 @@ def _run_componentize_js(
     }
     config_path = stage.parent / "build-config.json"
     config_path.write_text(json.dumps(config), "utf-8")
-    argv = [_node(), str(JS_DIR / "build.mjs"), str(config_path)]
+    runner = _js_runner(stage.parent / "js", _js_toolchain(report))
+    argv = [_node(), str(runner / "build.mjs"), str(config_path)]
     _run_tool(argv, cwd=stage, label="componentize-js", expected_s=_EXPECTED_S["javascript"], report=report)
     if not out.is_file():
         raise BuildError(f"componentize-js reported success but wrote no {out.name}")
+
+
+def _js_runner(dest: Path, toolchain: JsToolchain) -> Path:
+    """A copy of the SDK's build script beside a link to the toolchain's ``node_modules``.
+
+    Node resolves ``import "@bytecodealliance/componentize-js"`` from the importing
+    file's directory upwards (ESM ignores ``NODE_PATH``), so the script runs from a
+    directory whose ``node_modules`` is the per-user toolchain, never a checkout's.
+    """
+    dest.mkdir()
+    for name in ("build.mjs", "stockade.js"):
+        shutil.copyfile(JS_DIR / name, dest / name)
+    (dest / "node_modules").symlink_to(toolchain.node_modules, target_is_directory=True)
+    return dest
 
 
 def _componentize(

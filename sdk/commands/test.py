@@ -16,20 +16,14 @@ import importlib.util
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from host.runtime import ProgressEvent
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
+from sdk.commands._progress import author_progress
 from sdk.harness import Harness
 from sdk.project import PROJECT_FILE
-
-_BuildReport = Callable[[str, float], None]
-_CompileReport = Callable[[ProgressEvent], None]
 
 
 def register(sub: Any) -> None:
@@ -71,38 +65,15 @@ def _prepare(project: Path) -> None:
     console = stderr_console()
     started = time.monotonic()
     compiled: list[str] = []
-    with _progress() as (on_build, on_compile):
+    with author_progress() as (on_build, on_compile):
 
         def compile_report(event: ProgressEvent) -> None:
             if event.stage == "compiled":
                 compiled.append(event.name)
-            if on_compile is not None:
-                on_compile(event)
+            on_compile(event)
 
         with Harness(project, progress=on_build, compile_progress=compile_report) as harness:
             package = harness.bundle.manifest.package
     note = "compiled" if compiled else "loaded from cache"
     elapsed = time.monotonic() - started
     console.print(f"built {cell(package.name)}-{cell(package.version)}; {note} in {elapsed:.1f} s")
-
-
-@contextmanager
-def _progress() -> Iterator[tuple[_BuildReport | None, _CompileReport | None]]:
-    console = stderr_console()
-    if not console.is_terminal:
-        console.print("building (first builds take about 10-20 s; later ones are cached)")
-        yield None, None
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("building", total=1.0)
-
-        def on_build(stage: str, fraction: float) -> None:
-            bar.update(task, description=stage, completed=fraction)
-
-        def on_compile(event: ProgressEvent) -> None:
-            verb = {"cached": "loaded", "compiling": "compiling (first time only)", "compiled": "compiled"}
-            done = 1.0 if event.stage != "compiling" else 0.5
-            bar.update(task, description=f"{verb[event.stage]} {event.name}", completed=done)
-
-        yield on_build, on_compile
