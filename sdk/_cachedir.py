@@ -1,29 +1,37 @@
 """Where Stockade keeps per-user caches (builds, compiled artifacts, toolchains).
 
-One root per user: ``$STOCKADE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/stockade``,
-else ``~/.cache/stockade``. Below it:
+One root per user (:func:`host.runtime.cache.user_cache_dir`): ``$STOCKADE_CACHE_DIR``
+if set, else ``$XDG_CACHE_HOME/stockade``, else ``~/.cache/stockade``. Below it:
 
     builds/              build cache (module bytes by source digest, sdk.build)
-    artifacts/           compiled-artifact cache (host.runtime.cache, HMAC-verified)
-    artifact.key         its HMAC key (0600)
+    artifacts/           compiled-artifact cache and its HMAC key (host.runtime.cache)
     toolchain/js-<pin>/  the JavaScript toolchain (sdk.toolchain)
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Final
 
-__all__ = ["CACHE_DIR_ENV", "cache_root"]
+from host.runtime.cache import CACHE_DIR_ENV, user_cache_dir
 
-CACHE_DIR_ENV: Final = "STOCKADE_CACHE_DIR"
+__all__ = ["CACHE_DIR_ENV", "artifacts_dir", "builds_dir", "cache_root", "toolchain_root"]
 
 
 def cache_root() -> Path:
-    """The per-user cache root (see the module docstring); not created here."""
-    explicit = os.environ.get(CACHE_DIR_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stockade"
+    """The per-user cache root (not created here)."""
+    return user_cache_dir()
+
+
+def builds_dir(root: Path | None = None) -> Path:
+    """``<root>/builds``: the build cache."""
+    return (root or cache_root()) / "builds"
+
+
+def artifacts_dir(root: Path | None = None) -> Path:
+    """``<root>/artifacts``: the compiled-artifact cache shared by harness, CLI and hosts."""
+    return (root or cache_root()) / "artifacts"
+
+
+def toolchain_root(root: Path | None = None) -> Path:
+    """``<root>/toolchain``: installed toolchains."""
+    return (root or cache_root()) / "toolchain"

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -45,6 +46,7 @@ from typing import Final
 
 from host.canonical import canonical_json
 from host.manifest import PackageManifest
+from sdk._cachedir import builds_dir
 from sdk.project import PLACEHOLDER_SHA256, Project, load_project
 from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
@@ -52,8 +54,10 @@ __all__ = [
     "BuildError",
     "BuildResult",
     "ProgressCallback",
+    "build_cache_entries",
     "build_project",
     "default_cache_dir",
+    "prune_build_cache",
     "run_componentize_py",
     "stage_python",
 ]
@@ -113,9 +117,9 @@ class BuildResult:
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/stockade/builds`` (``~/.cache/stockade/builds`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stockade" / "builds"
+    """``<per-user cache>/builds`` (``~/.cache/stockade/builds`` by default; see
+    :mod:`sdk._cachedir`)."""
+    return builds_dir()
 
 
 def _noop(stage: str, fraction: float) -> None:
@@ -361,7 +365,40 @@ def _cache_get(cache: Path, key: str) -> bytes | None:
     if not isinstance(meta, dict) or meta.get("module_sha256") != _sha256(module):
         shutil.rmtree(entry, ignore_errors=True)  # corrupt or tampered: rebuild
         return None
+    with contextlib.suppress(OSError):  # recency for LRU pruning (prune_build_cache)
+        os.utime(entry)
     return module
+
+
+def build_cache_entries(cache: Path) -> list[tuple[float, int, Path]]:
+    """``(last used, bytes, entry)`` of every build cache entry, least recently used first."""
+    entries = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in cache.iterdir():
+            if entry.name.startswith(".") or not entry.is_dir() or entry.is_symlink():
+                continue
+            size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+            entries.append((entry.stat().st_mtime, size, entry))
+    return sorted(entries)
+
+
+def prune_build_cache(cache: Path, *, max_bytes: int) -> tuple[int, int]:
+    """Remove least recently used build cache entries until at most ``max_bytes`` remain.
+
+    Returns:
+        ``(entries removed, bytes freed)``.
+    """
+    entries = build_cache_entries(cache)
+    total = sum(size for _, size, _ in entries)
+    removed = freed = 0
+    for _, size, entry in entries:
+        if total <= max_bytes:
+            break
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        removed += 1
+        freed += size
+    return removed, freed
 
 
 def _cache_put(cache: Path, key: str, module: bytes) -> None:

@@ -39,17 +39,18 @@ Example::
         assert h.call("tracker.create-issue", {...}).error.code == "APPROVAL_REQUIRED"
         assert h.call("tracker.create-issue", {...}, approve=True).ok
 
-Compiling a component takes 8-16 s, so compiled artifacts are shared between harness
-runs under ``cache_dir`` (default ``$XDG_CACHE_HOME/stockade``, i.e.
-``~/.cache/stockade``): ``builds/`` holds the build cache and ``harness/`` the artifact
-key and artifacts (each artifact carries an HMAC under that key, DESIGN §8).
+Compiling a component takes 8-16 s, so compiled artifacts live in the per-user cache
+``cache_dir`` (default ``$STOCKADE_CACHE_DIR``, else ``$XDG_CACHE_HOME/stockade``, i.e.
+``~/.cache/stockade``), shared with ``stockade dev``, ``inspect``, ``lock verify`` and
+hosts that opt in: ``builds/`` holds the build cache and ``artifacts/`` the artifacts with
+their HMAC key (each artifact is verified before it is loaded, DESIGN §8; the directory
+is pruned least-recently-used first, ``stockade cache prune``).
 """
 
 from __future__ import annotations
 
 import base64
 import json as _json
-import os
 import secrets as _random
 import shutil
 import tempfile
@@ -71,7 +72,7 @@ from host.errors import StockadeError
 from host.redact import Redactor
 from host.runtime import ProgressEvent
 from host.secrets import MasterKey, SecretsStore
-from sdk._harness_cache import share_artifacts
+from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
 from sdk.project import PROJECT_FILE
@@ -226,9 +227,8 @@ class UnscriptedRequest(AssertionError):
 
 
 def default_harness_cache() -> Path:
-    """``$XDG_CACHE_HOME/stockade`` (``~/.cache/stockade`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stockade"
+    """The per-user cache root (``~/.cache/stockade`` by default; see :mod:`sdk._cachedir`)."""
+    return cache_root()
 
 
 class _Body(httpx.SyncByteStream):
@@ -337,7 +337,7 @@ class Harness:
         bundles = self._tmp / "bundles"
         if (target / PROJECT_FILE).is_file():
             built = build_project(
-                target, out_dir=bundles, cache_dir=self._cache / "builds", progress=progress
+                target, out_dir=bundles, cache_dir=builds_dir(self._cache), progress=progress
             )
             return read_bundle(built.bundle_dir)
         if (target / "manifest.json").is_file():
@@ -377,11 +377,12 @@ class Harness:
         store = SecretsStore(self._tmp / "secrets.json", MasterKey.from_bytes(_random.token_bytes(32)))
         for name, value in values.items():
             store.set(PROJECT, SUBJECT, name, value)
-        state = self._tmp / "state"
-        share_artifacts(state, self._cache / "harness")
+        config = HostConfig(
+            state_dir=self._tmp / "state", ceilings=ceilings, artifact_cache_dir=artifacts_dir(self._cache)
+        )
         return Host.open(
             lock,
-            config=HostConfig(state_dir=state, ceilings=ceilings),
+            config=config,
             secrets=store,
             policy=policy,
             audit=self._tmp / "audit.log",

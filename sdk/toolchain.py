@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from sdk._cachedir import cache_root
+from sdk._cachedir import toolchain_root
 
 __all__ = [
     "JS_TOOLCHAIN_ENV",
@@ -101,7 +101,7 @@ def js_toolchain_dir() -> Path:
     explicit = os.environ.get(JS_TOOLCHAIN_ENV)
     if explicit:
         return Path(explicit).expanduser()
-    return cache_root() / "toolchain" / f"js-{hashlib.sha256(_lock_bytes()).hexdigest()[:16]}"
+    return toolchain_root() / f"js-{hashlib.sha256(_lock_bytes()).hexdigest()[:16]}"
 
 
 def toolchain_problems(root: Path) -> list[str]:

@@ -208,8 +208,8 @@ def test_readme_author_quickstart_runs_from_a_wheel_for_both_languages(tmp_path:
     for lang in ("python", "javascript"):
         cwd = tmp_path / lang
         cwd.mkdir()
-        for line in lines:
-            line = line.replace("--lang python", f"--lang {lang}")
+        for written in lines:
+            line = written.replace("--lang python", f"--lang {lang}")
             if line.startswith("cd "):
                 cwd = cwd / line[3:].strip()
                 continue

@@ -88,7 +88,7 @@ def test_failed_install_leaves_no_half_toolchain_for_a_later_build_to_trust(
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("STOCKADE_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(ToolchainError, match="npm ci failed with exit status 1:\n.*ECONNRESET"):
+    with pytest.raises(ToolchainError, match=r"npm ci failed with exit status 1:\n.*ECONNRESET"):
         toolchain.ensure_js_toolchain()
     assert list((tmp_path / "cache" / "toolchain").iterdir()) == []
 
@@ -102,7 +102,7 @@ def test_install_that_yields_other_versions_is_refused(tmp_path: Path, monkeypat
     _fake_npm(tmp_path / "bin", "\n".join(lines) + "\nexit 0\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     target = tmp_path / "tc"
-    with pytest.raises(ToolchainError, match="incomplete: .*is 9.9.9, the pin is"):
+    with pytest.raises(ToolchainError, match=r"incomplete: .*is 9\.9\.9, the pin is"):
         toolchain.install_js_toolchain(target)
     assert not target.exists() and list(tmp_path.glob(".tc-*")) == []
 
