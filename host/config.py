@@ -87,6 +87,11 @@ class HostConfig:
             ``state_dir``. Pruned to ``artifact_cache_max_bytes`` (least recently used
             first) after each write.
         artifact_cache_max_bytes: size cap of ``artifact_cache_dir`` in bytes.
+        debug_guest_errors: put a failing guest's traceback (Python) or stack (JavaScript)
+            into ``CallResult.error.details["guest_traceback"]``, scrubbed of staged
+            secrets. For authors (the harness, ``stockade dev``, ``stockade call
+            --debug``); off by default so a model never sees guest internals unless the
+            host app asks.
     """
 
     state_dir: Path
@@ -103,6 +108,7 @@ class HostConfig:
     audit_checkpoint_interval_s: float = 60.0
     artifact_cache_dir: Path | None = None
     artifact_cache_max_bytes: int = 4 * 1024**3  # bytes; a Python plugin's artifact is ~40 MB
+    debug_guest_errors: bool = False
 
     def __post_init__(self) -> None:
         # Accept str at run time for convenience; the field is always a Path afterwards.

@@ -528,6 +528,7 @@ class Host:
                 plan=plan,
                 tool=tool,
                 redactor=redactor,
+                guest_log=exc.details.get("log"),
             )
         usage = self._usage(started, egress, {"fuel_consumed": result.usage.fuel_consumed})
         record = self._record(plan, tool, redactor) | {
@@ -658,6 +659,7 @@ class Host:
         plan: InvocationPlan | None = None,
         tool: ToolDefinition | None = None,
         redactor: Redactor | None = None,
+        guest_log: object = None,
     ) -> CallResult:
         scrub = redactor or _NO_REDACTION
         record: dict[str, Any] = {
@@ -677,7 +679,9 @@ class Host:
             audit_id = self._audit.append("call.outcome", record)
         except StockadeError as audit_exc:
             _log.error("audit log unavailable while recording a refusal: %s", audit_exc)
-        return self._result_from_error(exc, usage=usage, digest=digest, audit_id=audit_id, scrub=scrub)
+        return self._result_from_error(
+            exc, usage=usage, digest=digest, audit_id=audit_id, scrub=scrub, guest_log=guest_log
+        )
 
     def _result_from_error(
         self,
@@ -687,9 +691,17 @@ class Host:
         digest: str | None,
         audit_id: str | None = None,
         scrub: Redactor | None = None,
+        guest_log: object = None,
     ) -> CallResult:
         scrub = scrub or _NO_REDACTION
         details = {k: v for k, v in exc.details.items() if k not in {"usage", "log"}}
+        # The guest's log is kept on failures too (issue 12): it is what explains them.
+        # It was capped at max_log_bytes while captured; scrubbed of staged secrets here.
+        log_text = scrub.text(_log_text(guest_log)) if guest_log else ""
+        if self.config.debug_guest_errors and guest_log:
+            traceback = _guest_traceback(guest_log)
+            if traceback:
+                details["guest_traceback"] = traceback
         error = ErrorInfo(
             code=exc.code,
             message=scrub.text(exc.message),
@@ -697,7 +709,12 @@ class Host:
             details=scrub.json_value(details),  # type: ignore[arg-type]  # json_value keeps the mapping shape
         )
         return CallResult(
-            ok=False, error=error, audit_id=audit_id, usage=usage or Usage(), action_digest=digest
+            ok=False,
+            error=error,
+            audit_id=audit_id,
+            usage=usage or Usage(),
+            action_digest=digest,
+            log=log_text,
         )
 
     @staticmethod
@@ -791,8 +808,31 @@ def _log_text(log: object) -> str:
     if isinstance(log, str):
         return log
     if isinstance(log, tuple | list):
-        return "\n".join(str(getattr(line, "text", line)) for line in log)
+        return "\n".join(_line_text(line) for line in log)
     return str(log)
+
+
+def _line_text(line: object) -> str:
+    if isinstance(line, Mapping):  # a failure's details carry the lines as dicts
+        return str(line.get("text", ""))
+    return str(getattr(line, "text", line))
+
+
+GUEST_TRACEBACK_MARKER = "[stockade:traceback]"
+"""The first line of the log entry in which both guest SDKs write an unexpected
+exception's traceback (Python) or stack (JavaScript)."""
+GUEST_TRACEBACK_MAX_CHARS = 8192
+
+
+def _guest_traceback(log: object) -> str | None:
+    """The last traceback the guest logged, without its marker line (capped), or None."""
+    if not isinstance(log, tuple | list):
+        return None
+    for line in reversed(log):
+        text = _line_text(line)
+        if text.startswith(GUEST_TRACEBACK_MARKER + "\n"):
+            return text[len(GUEST_TRACEBACK_MARKER) + 1 :][:GUEST_TRACEBACK_MAX_CHARS]
+    return None
 
 
 def _envelope_summary(request: object) -> dict[str, Any]:

@@ -291,6 +291,9 @@ class Harness:
         progress: build progress callback (``stage, fraction``).
         compile_progress: receives the host's compile events (``cached``,
             ``compiling``, ``compiled``).
+        debug: put a failing guest's traceback (Python) or stack (JavaScript) into
+            ``result.error.details["guest_traceback"]`` (``HostConfig.debug_guest_errors``).
+            The guest's log is in ``result.log`` either way.
 
     Raises:
         ValueError: ``target`` is neither a project nor a bundle; a secret name or value
@@ -311,7 +314,9 @@ class Harness:
         ceilings: Ceilings = DEFAULT_CEILINGS,
         progress: ProgressCallback | None = None,
         compile_progress: Callable[[ProgressEvent], None] | None = None,
+        debug: bool = True,
     ) -> None:
+        self._debug = debug
         self.routes: dict[tuple[str, str], Route] = {route(m, u): r for (m, u), r in (routes or {}).items()}
         self.requests: list[RecordedRequest] = []
         self.unmatched: list[RecordedRequest] = []
@@ -378,7 +383,10 @@ class Harness:
         for name, value in values.items():
             store.set(PROJECT, SUBJECT, name, value)
         config = HostConfig(
-            state_dir=self._tmp / "state", ceilings=ceilings, artifact_cache_dir=artifacts_dir(self._cache)
+            state_dir=self._tmp / "state",
+            ceilings=ceilings,
+            artifact_cache_dir=artifacts_dir(self._cache),
+            debug_guest_errors=self._debug,
         )
         return Host.open(
             lock,

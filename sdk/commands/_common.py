@@ -169,6 +169,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         trusted_keys_file=args.trusted_keys,
         trusted_operator_keys_file=args.trusted_operator_keys,
         artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)
+        debug_guest_errors=bool(getattr(args, "debug", False)),  # --debug: guest tracebacks
     )
 
 
