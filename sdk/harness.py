@@ -359,29 +359,9 @@ class Harness:
         ceilings: Ceilings,
         compile_progress: Callable[[ProgressEvent], None] | None,
     ) -> Host:
-        package = self.bundle.manifest.package
-        lock = self._tmp / "stockade.lock"
-        entry = {
-            "name": package.name,
-            "version": package.version,
-            "bundle": self.bundle.directory.relative_to(self._tmp).as_posix(),
-            "manifest_sha256": self.bundle.manifest_sha256,
-            "module_sha256": self.bundle.module_sha256,
-            "signature": None,
-            "key_id": None,
-        }
-        doc = {"format": "stockade.lock/1", "generation": 1, "previous": None, "packages": [entry]}
-        lock.write_bytes(canonical_json(doc))
-        policy = FilePolicyEngine.initialize(self._tmp / "policy.json")
-        grants = set()
-        for tool in self.bundle.manifest.tools:
-            grants.add(f"tool.call:{tool.name}")
-            grants.update(tool.permissions)
-        policy.set_role(ROLE, allow=sorted(grants))
-        policy.grant_role(PROJECT, SUBJECT, ROLE)
-        store = SecretsStore(self._tmp / "secrets.json", MasterKey.from_bytes(_random.token_bytes(32)))
-        for name, value in values.items():
-            store.set(PROJECT, SUBJECT, name, value)
+        lock, policy, store = write_workspace(
+            self._tmp, self.bundle, values, project=PROJECT, subject=SUBJECT
+        )
         config = HostConfig(
             state_dir=self._tmp / "state",
             ceilings=ceilings,
@@ -583,6 +563,45 @@ class Harness:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def write_workspace(
+    tmp: Path, bundle: Bundle, values: Mapping[str, str], *, project: str, subject: str
+) -> tuple[Path, FilePolicyEngine, SecretsStore]:
+    """A throw-away trust setup for one bundle (harness and ``stockade dev``).
+
+    Writes ``tmp/stockade.lock`` (generation 1, the bundle, unsigned), a policy file
+    granting ``project``/``subject`` exactly ``tool.call:<tool>`` and the permissions of
+    the package's tools, and a secrets store under a random master key holding
+    ``values`` for that principal.
+
+    Returns:
+        ``(lock path, policy engine, secrets store)``.
+    """
+    package = bundle.manifest.package
+    lock = tmp / "stockade.lock"
+    entry = {
+        "name": package.name,
+        "version": package.version,
+        "bundle": bundle.directory.relative_to(tmp).as_posix(),
+        "manifest_sha256": bundle.manifest_sha256,
+        "module_sha256": bundle.module_sha256,
+        "signature": None,
+        "key_id": None,
+    }
+    doc = {"format": "stockade.lock/1", "generation": 1, "previous": None, "packages": [entry]}
+    lock.write_bytes(canonical_json(doc))
+    policy = FilePolicyEngine.initialize(tmp / "policy.json")
+    grants = set()
+    for tool in bundle.manifest.tools:
+        grants.add(f"tool.call:{tool.name}")
+        grants.update(tool.permissions)
+    policy.set_role(ROLE, allow=sorted(grants))
+    policy.grant_role(project, subject, ROLE)
+    store = SecretsStore(tmp / "secrets.json", MasterKey.from_bytes(_random.token_bytes(32)))
+    for name, value in values.items():
+        store.set(project, subject, name, value)
+    return lock, policy, store
 
 
 def _secret_values(secrets: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
