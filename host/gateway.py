@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from host.adapters.schemas import ToolFormat, check_model_names, resolve_model_name, tool_schemas
 from host.audit import AuditLog, redact_params
@@ -54,6 +54,8 @@ from host.errors import (
     ApprovalRequired,
     CallCancelled,
     CredentialUnavailable,
+    EgressDenied,
+    EgressUnreachable,
     OutputInvalid,
     StockadeError,
 )
@@ -518,8 +520,9 @@ class Host:
                     interrupt=cancel,
                 )
             output = self._output(tool, result.output, redactor)
-        except StockadeError as exc:
-            usage = self._usage(started, egress, exc.details.get("usage"))
+        except StockadeError as failure:
+            usage = self._usage(started, egress, failure.details.get("usage"))
+            exc = _egress_cause(failure, egress)
             return self._refused(
                 plan.request,
                 exc,
@@ -528,7 +531,7 @@ class Host:
                 plan=plan,
                 tool=tool,
                 redactor=redactor,
-                guest_log=exc.details.get("log"),
+                guest_log=failure.details.get("log"),
             )
         usage = self._usage(started, egress, {"fuel_consumed": result.usage.fuel_consumed})
         record = self._record(plan, tool, redactor) | {
@@ -802,6 +805,51 @@ class _ReportingEgress:
         outcome = answer.status if isinstance(answer, HttpResponse) else answer.kind
         self._report("http_request", {"method": request.method[:16], "outcome": outcome})
         return answer
+
+
+_UNREACHABLE_REASONS: Final = frozenset({"dns_failure", "dns_timeout", "dns_busy"})
+_ALLOWLIST_REASONS: Final = frozenset(
+    {"empty_allowlist", "host_not_allowed", "port_not_allowed", "path_not_allowed", "method_not_allowed",
+     "scheme_not_allowed", "insecure_scheme"}
+)  # fmt: skip
+
+
+def _egress_cause(exc: StockadeError, egress: EgressPort) -> StockadeError:
+    """A tool failure that followed an egress refusal, reported as that refusal (issue 12).
+
+    When the guest's call failed (``TOOL_FAILED``) after the host refused one of its
+    requests, the refusal is the cause an author and an operator need, not "the plugin
+    failed": the last refused request becomes ``EGRESS_DENIED`` (its host, path, method and
+    rule), or, when the destination was unreachable (DNS failure, connection error),
+    ``EGRESS_UNREACHABLE``. Other failures are returned unchanged.
+    """
+    if exc.code != "TOOL_FAILED" or not isinstance(egress, EgressSession):
+        return exc
+    records = egress.usage.requests
+    for record in reversed(records):
+        kind, _, reason = record.outcome.partition(":")
+        if kind in ("denied", "invalid-request") and reason not in _UNREACHABLE_REASONS:
+            where = f"{record.method} {record.host}{record.path}" if record.host else "a malformed URL"
+            hint = (
+                f"if the plugin should reach {record.host}, add it under [http] allow in stockade.toml "
+                "(host, path_prefix, methods); the allowlist is part of the reviewed package"
+                if reason in _ALLOWLIST_REASONS
+                else "the host refuses this request whatever the allowlist says; fix the plugin's request"
+            )
+            return EgressDenied(
+                f"the tool failed after the host refused its request to {where} ({reason}); "
+                f"the tool said: {exc.message}",
+                reason=reason, hint=hint, host=record.host, path=record.path, method=record.method,
+            )  # fmt: skip
+    for record in reversed(records):
+        kind, _, reason = record.outcome.partition(":")
+        if reason in _UNREACHABLE_REASONS or kind == "network":
+            return EgressUnreachable(
+                f"the tool failed after its request to {record.host} could not be delivered "
+                f"({reason or kind}); the tool said: {exc.message}",
+                reason=reason or kind, host=record.host, path=record.path, method=record.method,
+            )  # fmt: skip
+    return exc
 
 
 def _log_text(log: object) -> str:
