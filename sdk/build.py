@@ -19,7 +19,10 @@ Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in millisec
    and the fetch event disabled, so no wasi:http import appears).
 5. Fill in ``module.sha256``, validate again, and write
    ``<out>/<name>-<version>/{manifest.json,module.wasm}`` (manifest as canonical JSON),
-   replacing an older bundle of the same version in one rename.
+   replacing an older bundle of the same version in one rename -- unless a
+   ``stockade.lock`` in the project directory (or the working directory) pins that bundle
+   directory with other digests: then :class:`BundleLocked` is raised and nothing is
+   written (a lock must never silently lose the bundle it verified).
 
 Example::
 
@@ -53,6 +56,7 @@ from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 __all__ = [
     "BuildError",
     "BuildResult",
+    "BundleLocked",
     "ProgressCallback",
     "build_cache_entries",
     "build_project",
@@ -81,6 +85,30 @@ _EXPECTED_S: Final = {"python": 12.0, "javascript": 18.0}  # s, typical build (p
 _COMPONENTIZE_PY: Final = (
     "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())"
 )
+
+
+class BundleLocked(RuntimeError):
+    """A lock pins the bundle directory this build would overwrite, with other digests.
+
+    Attributes:
+        lock: the lock file.
+        name: the package name.
+        package: ``name-version``.
+        locked: ``{"manifest_sha256", "module_sha256"}`` the lock pins.
+        built: the same digests of the new build.
+    """
+
+    def __init__(
+        self, lock: Path, name: str, version: str, locked: dict[str, str], built: dict[str, str]
+    ) -> None:
+        self.lock = lock
+        self.name = name
+        self.package = package = f"{name}-{version}"
+        self.locked = locked
+        self.built = built
+        changed = [k for k in ("module_sha256", "manifest_sha256") if locked.get(k) != built[k]]
+        diff = "; ".join(f"{k}: locked {locked.get(k)}, built {built[k]}" for k in changed)
+        super().__init__(f"{lock} pins {package} at this bundle path with other digests ({diff})")
 
 
 class BuildError(RuntimeError):
@@ -152,6 +180,7 @@ def build_project(
             (checked before building).
         BuildError: the sources cannot be staged, the toolchain is missing, or the build
             tool failed (its output tail is in the message).
+        BundleLocked: a lock pins the bundle directory with other digests (not written).
 
     Returns:
         The bundle's paths and module digest.
@@ -181,7 +210,11 @@ def build_project(
     manifest["module"]["sha256"] = digest
     final = PackageManifest.from_json(canonical_json(manifest))
     bundle = out / f"{final.package.name}-{final.package.version}"
-    _write_bundle(bundle, final.to_json(), module)
+    manifest_bytes = final.to_json()
+    built = {"manifest_sha256": _sha256(manifest_bytes), "module_sha256": digest}
+    for lock in _nearby_locks(project.root):
+        _refuse_locked_overwrite(lock, bundle, final.package.name, final.package.version, built)
+    _write_bundle(bundle, manifest_bytes, module)
     report("done", 1.0)
     return BuildResult(bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached)
 
@@ -514,6 +547,37 @@ def _componentize(
 
 
 # --- output -----------------------------------------------------------------------------
+
+
+def _nearby_locks(root: Path) -> list[Path]:
+    """``stockade.lock`` in the project directory and in the working directory (once each)."""
+    found: list[Path] = []
+    for candidate in (root / "stockade.lock", Path.cwd() / "stockade.lock"):
+        if candidate.is_file() and all(not candidate.samefile(f) for f in found):
+            found.append(candidate)
+    return found
+
+
+def _refuse_locked_overwrite(
+    lock: Path, bundle: Path, name: str, version: str, built: dict[str, str]
+) -> None:
+    """Raise :class:`BundleLocked` if ``lock`` pins ``bundle`` with digests other than ``built``.
+
+    An unreadable or malformed lock is left to ``stockade lock verify`` to report.
+    """
+    try:
+        doc = json.loads(lock.read_bytes())
+        entries = [e for e in doc.get("packages", []) if isinstance(e, dict)]
+    except (OSError, ValueError, AttributeError):
+        return
+    target = bundle.resolve()
+    for entry in entries:
+        where = entry.get("bundle")
+        if not isinstance(where, str) or (lock.parent / where).resolve() != target:
+            continue
+        locked = {k: str(entry.get(k)) for k in ("manifest_sha256", "module_sha256")}
+        if locked != built:
+            raise BundleLocked(lock, name, version, locked, built)
 
 
 def _write_bundle(bundle: Path, manifest: bytes, module: bytes) -> None:

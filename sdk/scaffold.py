@@ -1,7 +1,8 @@
 """Templates for ``stockade new``: a plugin project that builds and whose tests pass.
 
 A new project holds ``stockade.toml``, the source (``app.py`` or ``app.js``), a
-``README.md``, a ``.gitignore`` (``dist/`` and private keys) and ``tests/test_tools.py``
+``README.md``, a ``.gitignore`` (private keys and caches; not ``dist/``, which a lock
+points at) and ``tests/test_tools.py``
 (pytest, through :mod:`sdk.harness`). It has
 two tools, so the author sees both kinds at once:
 
@@ -264,7 +265,11 @@ stockade lock verify --trusted-keys trusted-keys.json --require-signatures
 ''')
 
 
-_GITIGNORE: Final = "dist/\n__pycache__/\n.pytest_cache/\n*.pem\n"
+_GITIGNORE: Final = (
+    "# dist/<name>-<version>/ holds built bundles. stockade.lock pins them by path and digest,\n"
+    "# so commit the bundles you lock together with the lock (or publish them).\n"
+    "__pycache__/\n.pytest_cache/\n*.pem\n"
+)
 
 
 def render(name: str, language: Language) -> dict[str, str]:

@@ -7,6 +7,10 @@ of the sources in the per-user cache (``$STOCKADE_CACHE_DIR`` or ``~/.cache/stoc
 The first JavaScript build installs the pinned JavaScript toolchain there (about 10 s
 from npm's cache; ``stockade toolchain install`` does it ahead of time).
 
+A bundle that ``stockade.lock`` (in DIR or the working directory) pins with other
+digests is never overwritten: the build stops with BUNDLE_LOCKED, naming the lock, the
+package and both digests. Bump the version, or ``stockade lock remove`` it first.
+
 Progress goes to stderr with the elapsed time (a bar on a terminal, plain lines
 otherwise). Typical times on 2 cores: a Python build 10-15 s, a JavaScript build
 5-10 s, a cached build well under 1 s.
@@ -20,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk.build import build_project
+from sdk.build import BundleLocked, build_project
+from sdk.commands._common import CommandFailed
 from sdk.commands._progress import author_progress
 
 
@@ -41,8 +46,15 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build and report where the bundle is."""
     started = time.monotonic()
-    with author_progress(enabled=not args.json) as (on_build, _):
-        result = build_project(args.dir, out_dir=args.out, progress=on_build)
+    try:
+        with author_progress(enabled=not args.json) as (on_build, _):
+            result = build_project(args.dir, out_dir=args.out, progress=on_build)
+    except BundleLocked as exc:
+        hint = (
+            f"bump [package] version in stockade.toml for a new release, or build elsewhere with --out; "
+            f"to replace the locked bundle on purpose, `stockade lock remove {exc.name}` first"
+        )
+        raise CommandFailed("BUNDLE_LOCKED", f"{exc}; the bundle was not overwritten", hint=hint) from None
     elapsed = time.monotonic() - started
     summary = {
         "bundle": str(result.bundle_dir),
