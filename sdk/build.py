@@ -50,7 +50,7 @@ from typing import Final
 from host.canonical import canonical_json
 from host.manifest import PackageManifest
 from sdk._cachedir import builds_dir
-from sdk.project import PLACEHOLDER_SHA256, Project, load_project
+from sdk.project import Project, load_project, validate_project
 from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
 __all__ = [
@@ -188,8 +188,7 @@ def build_project(
     report = progress or _noop
     report("reading stockade.toml", 0.0)
     project = load_project(Path(project_dir))
-    manifest = project.manifest_dict(module_sha256=PLACEHOLDER_SHA256)
-    PackageManifest.from_json(canonical_json(manifest))
+    manifest = validate_project(project)  # every problem, reported against stockade.toml
     out = Path(out_dir) if out_dir is not None else project.root / "dist"
     with tempfile.TemporaryDirectory(prefix="stockade-build-") as tmp:
         stage = Path(tmp) / "stage"

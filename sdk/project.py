@@ -65,7 +65,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from host.canonical import canonical_json
 from host.errors import ManifestInvalid
+from host.manifest import PackageManifest
+from sdk._diagnostics import format_problems, toml_problems
 
 # tomllib is standard from Python 3.11; tomli (the same code) is a dependency below that.
 # Imported by name so that mypy, pinned to 3.10, does not need tomli installed.
@@ -82,6 +85,7 @@ __all__ = [
     "Language",
     "Project",
     "load_project",
+    "validate_project",
 ]
 
 PROJECT_FILE: Final = "stockade.toml"
@@ -252,3 +256,34 @@ def load_project(root: Path) -> Project:
     source = _check_source(root, language, package.get("source", LANGUAGES[language]))
     lang: Language = "python" if language == "python" else "javascript"
     return Project(root=root, language=lang, source=source, document=doc)
+
+
+def validate_project(project: Project) -> dict[str, Any]:
+    """The manifest ``project`` describes (placeholder digest), validated by the manifest models.
+
+    Problems are reported against ``stockade.toml``: every one of them, each with its
+    table, key path, line where it can be found and a "did you mean" for a misspelled
+    key (:mod:`sdk._diagnostics`).
+
+    Raises:
+        ManifestInvalid: the manifest is invalid; ``details["problems"]`` holds
+            ``{"loc", "msg", "where", "line"}`` for each problem.
+
+    Returns:
+        The manifest dict (``module.sha256`` is :data:`PLACEHOLDER_SHA256`).
+    """
+    manifest = project.manifest_dict(module_sha256=PLACEHOLDER_SHA256)
+    try:
+        PackageManifest.from_json(canonical_json(manifest))
+    except ManifestInvalid as exc:
+        path = project.root / PROJECT_FILE
+        text = path.read_text("utf-8", errors="replace")
+        found = toml_problems(exc.details.get("problems", []), project.document, text)
+        raise ManifestInvalid(
+            format_problems(PROJECT_FILE, found),
+            hint="fix each key listed; see the key reference in sdk/project.py and the JSON Schema "
+            "sdk/schemas/stockade.toml.schema.json (README: editor set-up)",
+            problems=[p.as_dict() for p in found],
+            file=str(path),
+        ) from None
+    return manifest

@@ -86,7 +86,10 @@ effect = "read"               # read | write | execute | external (write and up 
 risk = "low"                  # low | medium | high
 timeout_s = 5
 
-[tools.input_schema]          # bounded JSON Schema: every string needs maxLength
+# Schemas use a bounded JSON Schema subset: every object lists additionalProperties =
+# false, properties and required (write required = [] when nothing is); every string
+# needs maxLength, every number minimum and maximum, every array maxItems and items.
+[tools.input_schema]
 type = "object"
 additionalProperties = false
 required = ["name"]

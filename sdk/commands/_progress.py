@@ -16,10 +16,11 @@ from typing import Final
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from host.errors import ManifestInvalid
 from host.runtime import ProgressEvent
-from sdk.commands._common import cell, stderr_console
+from sdk.commands._common import cell, safe_text, stderr_console
 
-__all__ = ["LINE_EVERY_S", "BuildReport", "CompileReport", "author_progress"]
+__all__ = ["LINE_EVERY_S", "BuildReport", "CompileReport", "author_progress", "problems_listed"]
 
 BuildReport = Callable[[str, float], None]
 CompileReport = Callable[[ProgressEvent], None]
@@ -73,3 +74,20 @@ def author_progress(*, enabled: bool = True) -> Iterator[tuple[BuildReport, Comp
     yield (lambda stage, fraction: line(stage)), (
         lambda event: line(_COMPILE_VERBS[event.stage].format(name=event.name))
     )
+
+
+@contextmanager
+def problems_listed(*, enabled: bool = True) -> Iterator[None]:
+    """List a multi-line ManifestInvalid's problems on stderr, one per line, then re-raise
+    it with its first line as the message (the CLI prints messages on one line)."""
+    try:
+        yield
+    except ManifestInvalid as exc:
+        lines = exc.message.splitlines()
+        if not enabled or len(lines) < 2:
+            raise
+        console = stderr_console()
+        for line in lines[1:]:
+            console.print(safe_text(line), markup=False, highlight=False, soft_wrap=True)
+        details = dict(exc.details)
+        raise ManifestInvalid(f"{lines[0].rstrip(':')} (listed above)", hint=exc.hint, **details) from None

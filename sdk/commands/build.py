@@ -26,7 +26,7 @@ from typing import Any
 
 from sdk.build import BundleLocked, build_project
 from sdk.commands._common import CommandFailed
-from sdk.commands._progress import author_progress
+from sdk.commands._progress import author_progress, problems_listed
 
 
 def register(sub: Any) -> None:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     """Build and report where the bundle is."""
     started = time.monotonic()
     try:
-        with author_progress(enabled=not args.json) as (on_build, _):
+        with problems_listed(enabled=not args.json), author_progress(enabled=not args.json) as (on_build, _):
             result = build_project(args.dir, out_dir=args.out, progress=on_build)
     except BundleLocked as exc:
         hint = (

@@ -36,7 +36,7 @@ from sdk.commands._common import (
     safe_text,
     stderr_console,
 )
-from sdk.commands._progress import author_progress
+from sdk.commands._progress import author_progress, problems_listed
 from sdk.devrun import DevOutcome, dev_run, read_secret
 from sdk.project import PROJECT_FILE
 
@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
             f"[bold red]WARNING[/]: --allow-host {cell(host)} widens the egress allowlist for this dev run "
             "only; add it under \\[http] allow in stockade.toml to keep it", soft_wrap=True,
         )  # fmt: skip
-    with author_progress(enabled=not args.json) as (on_build, on_compile):
+    show = not args.json
+    with problems_listed(enabled=show), author_progress(enabled=show) as (on_build, on_compile):
         outcome = dev_run(
             tool, value, project=project, bundle=bundle, version=version or None, secrets=secrets,
             allow_hosts=args.allow_host, progress=on_build, compile_progress=on_compile,

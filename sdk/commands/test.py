@@ -21,7 +21,7 @@ from typing import Any
 
 from host.runtime import ProgressEvent
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
-from sdk.commands._progress import author_progress
+from sdk.commands._progress import author_progress, problems_listed
 from sdk.harness import Harness
 from sdk.project import PROJECT_FILE
 
@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandFailed("NO_TESTS", f"{tests} does not exist", hint="put pytest files in DIR/tests")
     if importlib.util.find_spec("pytest") is None:
         raise CommandFailed("PYTEST_MISSING", "pytest is not installed", hint="pip install pytest")
-    _prepare(project)
+    with problems_listed():
+        _prepare(project)
     extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
     argv = [sys.executable, "-m", "pytest", str(tests.resolve()), *extra]
     stderr_console().print(f"running {cell(' '.join(argv[1:]))}")
