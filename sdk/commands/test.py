@@ -44,18 +44,39 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, warm the compile cache, run pytest; 0 when every test passed."""
     project: Path = args.dir
-    tests = project / "tests"
+    check_project(project)
+    extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
+    return run_tests(project, extra)
+
+
+def check_project(project: Path) -> None:
+    """Refuse a directory without ``stockade.toml`` or ``tests/``, or a missing pytest.
+
+    Raises:
+        CommandFailed: PROJECT_NOT_FOUND, NO_TESTS or PYTEST_MISSING.
+    """
     if not (project / PROJECT_FILE).is_file():
         hint = "run it in a plugin project (start one with `stockade new`)"
         raise CommandFailed("PROJECT_NOT_FOUND", f"no {PROJECT_FILE} in {project}", hint=hint)
-    if not tests.is_dir():
-        raise CommandFailed("NO_TESTS", f"{tests} does not exist", hint="put pytest files in DIR/tests")
+    if not (project / "tests").is_dir():
+        hint = "put pytest files in DIR/tests"
+        raise CommandFailed("NO_TESTS", f"{project / 'tests'} does not exist", hint=hint)
     if importlib.util.find_spec("pytest") is None:
         raise CommandFailed("PYTEST_MISSING", "pytest is not installed", hint="pip install pytest")
+
+
+def run_tests(project: Path, pytest_args: list[str]) -> int:
+    """Build, load once (compiling on first use), run pytest on ``project/tests``.
+
+    Raises:
+        ManifestInvalid, BuildError, StockadeError: the project does not build or load.
+
+    Returns:
+        0 when every test passed, 1 otherwise (pytest's 5, no test ran, included).
+    """
     with problems_listed():
         _prepare(project)
-    extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
-    argv = [sys.executable, "-m", "pytest", str(tests.resolve()), *extra]
+    argv = [sys.executable, "-m", "pytest", str((project / "tests").resolve()), *pytest_args]
     stderr_console().print(f"running {cell(' '.join(argv[1:]))}")
     status = subprocess.run(argv, cwd=project, check=False).returncode
     return EXIT_OK if status == 0 else EXIT_FAILED

@@ -226,3 +226,31 @@ def test_readme_author_quickstart_runs_from_a_wheel_for_both_languages(tmp_path:
         assert where.stdout.startswith(str(site))
     toolchains = list((tmp_path / "user-cache" / "toolchain").iterdir())
     assert [p.name[:3] for p in toolchains] == ["js-"]
+
+
+@pytest.mark.slow
+def test_watch_reruns_the_tests_after_an_edit(tmp_path: Path) -> None:
+    # Same project name and content as the round trip: the first run is a cache hit.
+    assert stockade("new", "rt-python", cwd=tmp_path).returncode == 0
+    project = tmp_path / "rt-python"
+    log = tmp_path / "pytest.out"
+    argv = [sys.executable, "-m", "sdk.cli", "watch", "--max-runs", "2", "--interval", "0.2", str(project)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, env=cli_env(**CACHE_ENV), stdout=out, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:  # blocks until the watcher reports: no sleeps
+            lines.append(line)
+            if "stockade watch: tests" in line:
+                break
+        assert "tests passed" in lines[-1], "".join(lines)
+        app = project / "app.py"
+        app.write_text(app.read_text().replace('f"Hello, {name}!"', 'f"Hi, {name}!"'))  # breaks test_greet
+        rest = proc.stderr.read()
+        proc.stderr.close()
+        assert proc.wait(timeout=900) == 1, rest
+    assert "changed: app.py" in rest and "tests failed" in rest
+    assert "1 failed, 4 passed" in log.read_text()
