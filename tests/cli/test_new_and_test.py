@@ -254,3 +254,20 @@ def test_watch_reruns_the_tests_after_an_edit(tmp_path: Path) -> None:
         assert proc.wait(timeout=900) == 1, rest
     assert "changed: app.py" in rest and "tests failed" in rest
     assert "1 failed, 4 passed" in log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", ["python", "javascript"])
+@pytest.mark.parametrize(("template", "passed"), [("write-with-approval", 4), ("compute", 4)])
+def test_every_template_passes_its_own_tests(tmp_path: Path, lang: str, template: str, passed: int) -> None:
+    new = stockade("new", "tpl", "--lang", lang, "--template", template, cwd=tmp_path)
+    assert new.returncode == 0, new.stderr
+    test = stockade("test", str(tmp_path / "tpl"), cwd=tmp_path)
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert f"{passed} passed" in test.stdout
+
+
+def test_new_refuses_an_unknown_template(tmp_path: Path) -> None:
+    proc = stockade("new", "tools", "--template", "crud", cwd=tmp_path)
+    assert proc.returncode == 2 and "invalid choice: 'crud'" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
