@@ -50,6 +50,7 @@ from typing import Final
 from host.canonical import canonical_json
 from host.manifest import PackageManifest
 from sdk._cachedir import builds_dir
+from sdk._pydeps import DependencyError, install_dependencies
 from sdk.project import Project, load_project, validate_project
 from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
@@ -382,6 +383,7 @@ def _cache_key(
         "world": target.world,
         "builder": _sha256(Path(__file__).read_bytes()),
         "toolchain": _toolchain(project.language, report),
+        "dependencies": list(project.dependencies),
     }
     return _sha256(canonical_json(statement))
 
@@ -461,7 +463,12 @@ def _run_tool(argv: list[str], *, cwd: Path, label: str, expected_s: float, repo
     log_path = cwd.parent / f"{cwd.name}.log"
     started = time.monotonic()
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Without VIRTUAL_ENV: componentize-py would add the venv's site-packages to the
+        # plugin's path, so a build would depend on whatever the author's venv holds.
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        proc = subprocess.Popen(
+            argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
         while proc.poll() is None:
             elapsed = time.monotonic() - started
             if elapsed > TOOL_TIMEOUT_S:
@@ -481,6 +488,7 @@ def run_componentize_py(
     wit_path: Path = WIT_PATH,
     world: str = WORLD_NAME,
     report: ProgressCallback = _noop,
+    extra_paths: list[Path] | None = None,
 ) -> None:
     """Run componentize-py on a staged directory (see :func:`stage_python`).
 
@@ -490,13 +498,17 @@ def run_componentize_py(
         wit_path: WIT file or directory (default the Stockade world).
         world: the world to target.
         report: progress callback.
+        extra_paths: more directories of modules (installed dependencies).
 
     Raises:
         BuildError: componentize-py is missing or failed.
     """
     _toolchain("python")
     argv = [sys.executable, "-c", _COMPONENTIZE_PY, "-d", str(wit_path), "-w", world]
-    argv += ["componentize", ENTRY_MODULE, "-p", str(stage), "-o", str(out)]
+    argv += ["componentize", ENTRY_MODULE, "-p", str(stage)]
+    for path in extra_paths or []:
+        argv += ["-p", str(path)]
+    argv += ["-o", str(out)]
     _run_tool(argv, cwd=stage, label="componentize-py", expected_s=_EXPECTED_S["python"], report=report)
     if not out.is_file():
         raise BuildError(f"componentize-py reported success but wrote no {out.name}")
@@ -540,7 +552,15 @@ def _componentize(
     project: Project, stage: Path, out: Path, target: _Target, report: ProgressCallback
 ) -> None:
     if project.language == "python":
-        run_componentize_py(stage, out, wit_path=target.wit_path, world=target.world, report=report)
+        deps = stage.parent / "deps"
+        try:
+            install_dependencies(list(project.dependencies), deps, report)
+        except DependencyError as exc:
+            raise BuildError(str(exc)) from exc
+        paths = [deps] if project.dependencies else []
+        run_componentize_py(
+            stage, out, wit_path=target.wit_path, world=target.world, report=report, extra_paths=paths
+        )
     else:
         _run_componentize_js(project, stage, out, target, report)
 

@@ -10,6 +10,7 @@ to one; the build adds ``format`` and ``module`` and fills a few defaults::
     homepage = "https://tracker.example"     # optional (manifest: null)
     language = "python"            # build only: "python" or "javascript"
     source = "app.py"              # build only: default app.py / app.js
+    dependencies = ["humanize==4.9.0"]   # build only, Python: exact pins (sdk/_pydeps.py)
 
     [limits]                       # -> "limits"; each key defaults to DEFAULT_LIMITS
     fuel = 2_000_000_000
@@ -69,6 +70,7 @@ from host.canonical import canonical_json
 from host.errors import ManifestInvalid
 from host.manifest import PackageManifest
 from sdk._diagnostics import format_problems, toml_problems
+from sdk._pydeps import DependencyError, check_dependencies
 
 # tomllib is standard from Python 3.11; tomli (the same code) is a dependency below that.
 # Imported by name so that mypy, pinned to 3.10, does not need tomli installed.
@@ -109,7 +111,7 @@ DEFAULT_HTTP: Final[dict[str, int]] = {
     "timeout_ms": 30_000,  # ms
 }
 DEFAULT_TIMEOUT_S: Final = 30
-_BUILD_ONLY_KEYS: Final = ("language", "source")
+_BUILD_ONLY_KEYS: Final = ("language", "source", "dependencies")
 _BUILD_OWNED: Final = ("format", "module")
 
 
@@ -123,12 +125,14 @@ class Project:
         source: the entry source, relative to ``root`` (``app.py``, ``pkg/main.py``,
             ``app.js``).
         document: the TOML document as parsed (build-only keys included).
+        dependencies: the pure-Python dependencies to bundle (exact pins, checked).
     """
 
     root: Path
     language: Language
     source: str
     document: dict[str, Any]
+    dependencies: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -255,7 +259,15 @@ def load_project(root: Path) -> Project:
         raise _invalid("package.language", f"must be one of {sorted(LANGUAGES)}, got {language!r}")
     source = _check_source(root, language, package.get("source", LANGUAGES[language]))
     lang: Language = "python" if language == "python" else "javascript"
-    return Project(root=root, language=lang, source=source, document=doc)
+    deps: list[str] = []
+    if "dependencies" in package:
+        if lang != "python":
+            raise _invalid("package.dependencies", "is for Python plugins; JavaScript uses package.json")
+        try:
+            deps = check_dependencies(package["dependencies"])
+        except DependencyError as exc:
+            raise _invalid("package.dependencies", str(exc)) from None
+    return Project(root=root, language=lang, source=source, document=doc, dependencies=tuple(deps))
 
 
 def validate_project(project: Project) -> dict[str, Any]:
