@@ -47,7 +47,7 @@ _LOCATION_FIELDS: Final = sorted(
 )
 _FIELDS: Final[dict[str, list[str]]] = {
     "": sorted(set(PackageManifest.model_fields) - {"format", "module"}),
-    "package": sorted({*PackageInfo.model_fields, "language", "source"}),
+    "package": sorted({*PackageInfo.model_fields, "language", "source", "dependencies"}),
     "limits": sorted(Limits.model_fields),
     "http": sorted(HttpConfig.model_fields),
     "http.allow.N": sorted(AllowEntry.model_fields),

@@ -61,6 +61,11 @@ def project_schema() -> dict[str, Any]:
     package = defs["PackageInfo"]["properties"]
     package["language"] = {"enum": sorted(LANGUAGES), "description": "build only: the plugin's language"}
     package["source"] = {"type": "string", "description": "build only: entry source (default app.py, app.js)"}
+    package["dependencies"] = {
+        "type": "array",
+        "items": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*==\\S+"},
+        "description": "build only, Python: pure-Python packages as exact pins (name==version [--hash=sha256:...])",
+    }
     defs["PackageInfo"]["required"] = [*defs["PackageInfo"]["required"], "language"]
     for name, optional in _OPTIONAL_IN_TOML.items():
         target = schema if name == "PackageManifest" else defs[name]
