@@ -64,7 +64,7 @@ def project_schema() -> dict[str, Any]:
     package["dependencies"] = {
         "type": "array",
         "items": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*==\\S+"},
-        "description": "build only, Python: pure-Python packages as exact pins (name==version [--hash=sha256:...])",
+        "description": "build only, Python: pure-Python packages, exact pins (name==version [--hash=...])",
     }
     defs["PackageInfo"]["required"] = [*defs["PackageInfo"]["required"], "language"]
     for name, optional in _OPTIONAL_IN_TOML.items():
