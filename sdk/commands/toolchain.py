@@ -13,12 +13,15 @@ Exit codes: 0 installed (or already complete); 1 npm missing or the install fail
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, print_json, stderr_console
 from sdk.toolchain import (
+    JS_TOOLCHAIN_ENV,
     ToolchainError,
+    ensure_js_toolchain,
     install_js_toolchain,
     js_toolchain_dir,
     pinned_packages,
@@ -57,7 +60,10 @@ def run_install(args: argparse.Namespace) -> int:
             console.print(cell(stage), soft_wrap=True)
 
     try:
-        toolchain = install_js_toolchain(report=None if args.json else report)
+        if os.environ.get(JS_TOOLCHAIN_ENV):  # a named toolchain is checked, never installed into
+            toolchain = ensure_js_toolchain()
+        else:
+            toolchain = install_js_toolchain(report=None if args.json else report)
     except ToolchainError as exc:
         raise CommandFailed(
             "TOOLCHAIN_FAILED", str(exc), hint="install Node.js >= 20 with npm, check network access, retry"

@@ -111,3 +111,18 @@ def test_missing_npm_says_what_to_install(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolchainError, match=r"npm is not on PATH; .*Node\.js >= 20"):
         toolchain.install_js_toolchain(tmp_path / "tc")
+
+
+def test_cli_status_and_install_against_a_named_toolchain(tmp_path: Path) -> None:
+    from tests.support.cli import cli_env, run_cli
+
+    ok = run_cli("toolchain", "status", "--json", cwd=tmp_path, env=cli_env(STOCKADE_JS_TOOLCHAIN=str(REPO)))
+    assert ok.returncode == 0 and json.loads(ok.stdout)["problems"] == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = cli_env(STOCKADE_JS_TOOLCHAIN=str(empty))
+    status = run_cli("toolchain", "status", cwd=tmp_path, env=env)
+    assert status.returncode == 1 and "componentize-js 0.23.0 is not installed" in status.stderr
+    install = run_cli("toolchain", "install", cwd=tmp_path, env=env)
+    assert install.returncode == 1 and "TOOLCHAIN_FAILED" in install.stderr
+    assert list(empty.iterdir()) == []  # a named toolchain is never installed into
