@@ -16,6 +16,7 @@ import pytest
 
 from sdk import toolchain
 from sdk.toolchain import ToolchainError
+from tests.support.cli import cli_env, run_cli
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -114,8 +115,6 @@ def test_missing_npm_says_what_to_install(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_cli_status_and_install_against_a_named_toolchain(tmp_path: Path) -> None:
-    from tests.support.cli import cli_env, run_cli
-
     ok = run_cli("toolchain", "status", "--json", cwd=tmp_path, env=cli_env(STOCKADE_JS_TOOLCHAIN=str(REPO)))
     assert ok.returncode == 0 and json.loads(ok.stdout)["problems"] == []
     empty = tmp_path / "empty"
