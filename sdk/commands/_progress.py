@@ -28,7 +28,7 @@ LINE_EVERY_S: Final = 10.0  # s between repeated plain lines of one long stage
 _COUNTER: Final = re.compile(r"\s*\([^()]*\)$")  # "componentize-py (12 s)" -> "componentize-py"
 _COMPILE_VERBS: Final = {
     "cached": "loaded compiled {name} from the cache",
-    "compiling": "compiling {name} (first time only; 10-20 s for a Python or JavaScript plugin)",
+    "compiling": "compiling {name} (first time only; 10-20 s on 2 idle cores, longer on a busy machine)",
     "compiled": "compiled {name}",
 }
 
