@@ -81,6 +81,17 @@ class HostConfig:
         audit_checkpoint_every: records between two signed audit checkpoints (at most).
         audit_checkpoint_interval_s: s, the longest records wait for a signed checkpoint
             while the host runs (one is also written on close).
+        artifact_cache_dir: a compiled-artifact cache shared with other hosts of the same
+            user (its HMAC key ``artifact.key`` lives inside it, 0600), for example
+            :func:`host.runtime.cache.user_artifact_dir`; ``None`` keeps the cache in
+            ``state_dir``. Pruned to ``artifact_cache_max_bytes`` (least recently used
+            first) after each write.
+        artifact_cache_max_bytes: size cap of ``artifact_cache_dir`` in bytes.
+        debug_guest_errors: put a failing guest's traceback (Python) or stack (JavaScript)
+            into ``CallResult.error.details["guest_traceback"]``, scrubbed of staged
+            secrets. For authors (the harness, ``stockade dev``, ``stockade call
+            --debug``); off by default so a model never sees guest internals unless the
+            host app asks.
     """
 
     state_dir: Path
@@ -95,6 +106,9 @@ class HostConfig:
     audit_flush_interval_ms: int = 50
     audit_checkpoint_every: int = 1000
     audit_checkpoint_interval_s: float = 60.0
+    artifact_cache_dir: Path | None = None
+    artifact_cache_max_bytes: int = 4 * 1024**3  # bytes; a Python plugin's artifact is ~40 MB
+    debug_guest_errors: bool = False
 
     def __post_init__(self) -> None:
         # Accept str at run time for convenience; the field is always a Path afterwards.
@@ -116,4 +130,13 @@ class HostConfig:
     @property
     def artifact_dir(self) -> Path:
         """Directory of compiled-artifact cache entries."""
+        if self.artifact_cache_dir is not None:
+            return Path(self.artifact_cache_dir)
         return self.state_dir / "artifacts"
+
+    @property
+    def artifact_key_file(self) -> Path:
+        """The HMAC key of the compiled-artifact cache (DESIGN §8)."""
+        if self.artifact_cache_dir is not None:
+            return Path(self.artifact_cache_dir) / "artifact.key"
+        return self.state_dir / "artifact.key"

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from host.adapters.schemas import ToolFormat, check_model_names, resolve_model_name, tool_schemas
 from host.audit import AuditLog, redact_params
@@ -54,6 +54,8 @@ from host.errors import (
     ApprovalRequired,
     CallCancelled,
     CredentialUnavailable,
+    EgressDenied,
+    EgressUnreachable,
     OutputInvalid,
     StockadeError,
 )
@@ -518,8 +520,9 @@ class Host:
                     interrupt=cancel,
                 )
             output = self._output(tool, result.output, redactor)
-        except StockadeError as exc:
-            usage = self._usage(started, egress, exc.details.get("usage"))
+        except StockadeError as failure:
+            usage = self._usage(started, egress, failure.details.get("usage"))
+            exc = _egress_cause(failure, egress)
             return self._refused(
                 plan.request,
                 exc,
@@ -528,6 +531,7 @@ class Host:
                 plan=plan,
                 tool=tool,
                 redactor=redactor,
+                guest_log=failure.details.get("log"),
             )
         usage = self._usage(started, egress, {"fuel_consumed": result.usage.fuel_consumed})
         record = self._record(plan, tool, redactor) | {
@@ -658,6 +662,7 @@ class Host:
         plan: InvocationPlan | None = None,
         tool: ToolDefinition | None = None,
         redactor: Redactor | None = None,
+        guest_log: object = None,
     ) -> CallResult:
         scrub = redactor or _NO_REDACTION
         record: dict[str, Any] = {
@@ -677,7 +682,9 @@ class Host:
             audit_id = self._audit.append("call.outcome", record)
         except StockadeError as audit_exc:
             _log.error("audit log unavailable while recording a refusal: %s", audit_exc)
-        return self._result_from_error(exc, usage=usage, digest=digest, audit_id=audit_id, scrub=scrub)
+        return self._result_from_error(
+            exc, usage=usage, digest=digest, audit_id=audit_id, scrub=scrub, guest_log=guest_log
+        )
 
     def _result_from_error(
         self,
@@ -687,9 +694,17 @@ class Host:
         digest: str | None,
         audit_id: str | None = None,
         scrub: Redactor | None = None,
+        guest_log: object = None,
     ) -> CallResult:
         scrub = scrub or _NO_REDACTION
         details = {k: v for k, v in exc.details.items() if k not in {"usage", "log"}}
+        # The guest's log is kept on failures too (issue 12): it is what explains them.
+        # It was capped at max_log_bytes while captured; scrubbed of staged secrets here.
+        log_text = scrub.text(_log_text(guest_log)) if guest_log else ""
+        if self.config.debug_guest_errors and guest_log:
+            traceback = _guest_traceback(guest_log)
+            if traceback:
+                details["guest_traceback"] = traceback
         error = ErrorInfo(
             code=exc.code,
             message=scrub.text(exc.message),
@@ -697,7 +712,12 @@ class Host:
             details=scrub.json_value(details),  # type: ignore[arg-type]  # json_value keeps the mapping shape
         )
         return CallResult(
-            ok=False, error=error, audit_id=audit_id, usage=usage or Usage(), action_digest=digest
+            ok=False,
+            error=error,
+            audit_id=audit_id,
+            usage=usage or Usage(),
+            action_digest=digest,
+            log=log_text,
         )
 
     @staticmethod
@@ -787,12 +807,80 @@ class _ReportingEgress:
         return answer
 
 
+_UNREACHABLE_REASONS: Final = frozenset({"dns_failure", "dns_timeout", "dns_busy"})
+_ALLOWLIST_REASONS: Final = frozenset(
+    {"empty_allowlist", "host_not_allowed", "port_not_allowed", "path_not_allowed", "method_not_allowed",
+     "scheme_not_allowed", "insecure_scheme"}
+)  # fmt: skip
+
+
+def _egress_cause(exc: StockadeError, egress: EgressPort) -> StockadeError:
+    """A tool failure that followed an egress refusal, reported as that refusal (issue 12).
+
+    When the guest's call failed (``TOOL_FAILED``) after the host refused one of its
+    requests, the refusal is the cause an author and an operator need, not "the plugin
+    failed": the last refused request becomes ``EGRESS_DENIED`` (its host, path, method and
+    rule), or, when the destination was unreachable (DNS failure, connection error),
+    ``EGRESS_UNREACHABLE``. Other failures are returned unchanged.
+    """
+    if exc.code != "TOOL_FAILED" or not isinstance(egress, EgressSession):
+        return exc
+    records = egress.usage.requests
+    for record in reversed(records):
+        kind, _, reason = record.outcome.partition(":")
+        if kind in ("denied", "invalid-request") and reason not in _UNREACHABLE_REASONS:
+            where = f"{record.method} {record.host}{record.path}" if record.host else "a malformed URL"
+            hint = (
+                f"if the plugin should reach {record.host}, add it under [http] allow in stockade.toml "
+                "(host, path_prefix, methods); the allowlist is part of the reviewed package"
+                if reason in _ALLOWLIST_REASONS
+                else "the host refuses this request whatever the allowlist says; fix the plugin's request"
+            )
+            return EgressDenied(
+                f"the tool failed after the host refused its request to {where} ({reason}); "
+                f"the tool said: {exc.message}",
+                reason=reason, hint=hint, host=record.host, path=record.path, method=record.method,
+            )  # fmt: skip
+    for record in reversed(records):
+        kind, _, reason = record.outcome.partition(":")
+        if reason in _UNREACHABLE_REASONS or kind == "network":
+            return EgressUnreachable(
+                f"the tool failed after its request to {record.host} could not be delivered "
+                f"({reason or kind}); the tool said: {exc.message}",
+                reason=reason or kind, host=record.host, path=record.path, method=record.method,
+            )  # fmt: skip
+    return exc
+
+
 def _log_text(log: object) -> str:
     if isinstance(log, str):
         return log
     if isinstance(log, tuple | list):
-        return "\n".join(str(getattr(line, "text", line)) for line in log)
+        return "\n".join(_line_text(line) for line in log)
     return str(log)
+
+
+def _line_text(line: object) -> str:
+    if isinstance(line, Mapping):  # a failure's details carry the lines as dicts
+        return str(line.get("text", ""))
+    return str(getattr(line, "text", line))
+
+
+GUEST_TRACEBACK_MARKER = "[stockade:traceback]"
+"""The first line of the log entry in which both guest SDKs write an unexpected
+exception's traceback (Python) or stack (JavaScript)."""
+GUEST_TRACEBACK_MAX_CHARS = 8192
+
+
+def _guest_traceback(log: object) -> str | None:
+    """The last traceback the guest logged, without its marker line (capped), or None."""
+    if not isinstance(log, tuple | list):
+        return None
+    for line in reversed(log):
+        text = _line_text(line)
+        if text.startswith(GUEST_TRACEBACK_MARKER + "\n"):
+            return text[len(GUEST_TRACEBACK_MARKER) + 1 :][:GUEST_TRACEBACK_MAX_CHARS]
+    return None
 
 
 def _envelope_summary(request: object) -> dict[str, Any]:

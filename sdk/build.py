@@ -19,7 +19,10 @@ Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in millisec
    and the fetch event disabled, so no wasi:http import appears).
 5. Fill in ``module.sha256``, validate again, and write
    ``<out>/<name>-<version>/{manifest.json,module.wasm}`` (manifest as canonical JSON),
-   replacing an older bundle of the same version in one rename.
+   replacing an older bundle of the same version in one rename -- unless a
+   ``stockade.lock`` in the project directory (or the working directory) pins that bundle
+   directory with other digests: then :class:`BundleLocked` is raised and nothing is
+   written (a lock must never silently lose the bundle it verified).
 
 Example::
 
@@ -29,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -45,14 +49,20 @@ from typing import Final
 
 from host.canonical import canonical_json
 from host.manifest import PackageManifest
-from sdk.project import PLACEHOLDER_SHA256, Project, load_project
+from sdk._cachedir import builds_dir
+from sdk._pydeps import DependencyError, install_dependencies
+from sdk.project import Project, load_project, validate_project
+from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
 __all__ = [
     "BuildError",
     "BuildResult",
+    "BundleLocked",
     "ProgressCallback",
+    "build_cache_entries",
     "build_project",
     "default_cache_dir",
+    "prune_build_cache",
     "run_componentize_py",
     "stage_python",
 ]
@@ -65,7 +75,6 @@ GUEST_DIR: Final = SDK_DIR / "guest"
 JS_DIR: Final = SDK_DIR / "js"
 WIT_PATH: Final = SDK_DIR / "wit" / "stockade.wit"
 WORLD_NAME: Final = "tool"
-NODE_MODULES: Final = SDK_DIR.parent / "node_modules"
 ENTRY_MODULE: Final = "_stockade_entry"
 MAX_SOURCE_FILES: Final = 2000  # files staged from one project
 MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024  # bytes staged from one project
@@ -77,6 +86,30 @@ _EXPECTED_S: Final = {"python": 12.0, "javascript": 18.0}  # s, typical build (p
 _COMPONENTIZE_PY: Final = (
     "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())"
 )
+
+
+class BundleLocked(RuntimeError):
+    """A lock pins the bundle directory this build would overwrite, with other digests.
+
+    Attributes:
+        lock: the lock file.
+        name: the package name.
+        package: ``name-version``.
+        locked: ``{"manifest_sha256", "module_sha256"}`` the lock pins.
+        built: the same digests of the new build.
+    """
+
+    def __init__(
+        self, lock: Path, name: str, version: str, locked: dict[str, str], built: dict[str, str]
+    ) -> None:
+        self.lock = lock
+        self.name = name
+        self.package = package = f"{name}-{version}"
+        self.locked = locked
+        self.built = built
+        changed = [k for k in ("module_sha256", "manifest_sha256") if locked.get(k) != built[k]]
+        diff = "; ".join(f"{k}: locked {locked.get(k)}, built {built[k]}" for k in changed)
+        super().__init__(f"{lock} pins {package} at this bundle path with other digests ({diff})")
 
 
 class BuildError(RuntimeError):
@@ -113,9 +146,9 @@ class BuildResult:
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/stockade/builds`` (``~/.cache/stockade/builds`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stockade" / "builds"
+    """``<per-user cache>/builds`` (``~/.cache/stockade/builds`` by default; see
+    :mod:`sdk._cachedir`)."""
+    return builds_dir()
 
 
 def _noop(stage: str, fraction: float) -> None:
@@ -148,6 +181,7 @@ def build_project(
             (checked before building).
         BuildError: the sources cannot be staged, the toolchain is missing, or the build
             tool failed (its output tail is in the message).
+        BundleLocked: a lock pins the bundle directory with other digests (not written).
 
     Returns:
         The bundle's paths and module digest.
@@ -155,15 +189,14 @@ def build_project(
     report = progress or _noop
     report("reading stockade.toml", 0.0)
     project = load_project(Path(project_dir))
-    manifest = project.manifest_dict(module_sha256=PLACEHOLDER_SHA256)
-    PackageManifest.from_json(canonical_json(manifest))
+    manifest = validate_project(project)  # every problem, reported against stockade.toml
     out = Path(out_dir) if out_dir is not None else project.root / "dist"
     with tempfile.TemporaryDirectory(prefix="stockade-build-") as tmp:
         stage = Path(tmp) / "stage"
         report("staging sources", 0.05)
         sources = _stage(project, stage, exclude=out)
         target = _Target(Path(wit_path) if wit_path is not None else WIT_PATH, world or WORLD_NAME)
-        key = _cache_key(project, sources, target)
+        key = _cache_key(project, sources, target, report)
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         module = _cache_get(cache, key)
         cached = module is not None
@@ -177,7 +210,11 @@ def build_project(
     manifest["module"]["sha256"] = digest
     final = PackageManifest.from_json(canonical_json(manifest))
     bundle = out / f"{final.package.name}-{final.package.version}"
-    _write_bundle(bundle, final.to_json(), module)
+    manifest_bytes = final.to_json()
+    built = {"manifest_sha256": _sha256(manifest_bytes), "module_sha256": digest}
+    for lock in _nearby_locks(project.root):
+        _refuse_locked_overwrite(lock, bundle, final.package.name, final.package.version, built)
+    _write_bundle(bundle, manifest_bytes, module)
     report("done", 1.0)
     return BuildResult(bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached)
 
@@ -293,22 +330,27 @@ def _node() -> str:
     return node
 
 
-def _toolchain(language: str) -> dict[str, str]:
-    """Versions of the tools a build of ``language`` uses (part of the cache key)."""
+def _toolchain(language: str, report: ProgressCallback = _noop) -> dict[str, str]:
+    """Versions of the tools a build of ``language`` uses (part of the cache key).
+
+    For JavaScript this makes sure the per-user toolchain is installed (installing it
+    on the first JavaScript build, see :mod:`sdk.toolchain`).
+    """
     if language == "python":
         try:
             return {"componentize-py": importlib.metadata.version("componentize-py")}
         except importlib.metadata.PackageNotFoundError:
-            raise BuildError("componentize-py is not installed: pip install -e '.[dev]'") from None
-    package = NODE_MODULES / "@bytecodealliance" / "componentize-js" / "package.json"
-    try:
-        version = str(json.loads(package.read_text("utf-8"))["version"])
-    except (OSError, ValueError, KeyError):
-        raise BuildError(
-            f"componentize-js is not installed in {NODE_MODULES}: run `npm ci` in {NODE_MODULES.parent}"
-        ) from None
+            raise BuildError("componentize-py is not installed: pip install 'stockade[build]'") from None
+    toolchain = _js_toolchain(report)
     node = subprocess.run([_node(), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    return {"componentize-js": version, "node": node.stdout.strip()}
+    return {**toolchain.versions, "node": node.stdout.strip()}
+
+
+def _js_toolchain(report: ProgressCallback) -> JsToolchain:
+    try:
+        return ensure_js_toolchain(report)
+    except ToolchainError as exc:
+        raise BuildError(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +370,9 @@ class _Target:
         }
 
 
-def _cache_key(project: Project, files: dict[str, bytes], target: _Target) -> str:
+def _cache_key(
+    project: Project, files: dict[str, bytes], target: _Target, report: ProgressCallback = _noop
+) -> str:
     statement = {
         "format": "stockade-build/1",
         "language": project.language,
@@ -338,7 +382,8 @@ def _cache_key(project: Project, files: dict[str, bytes], target: _Target) -> st
         "wit": target.digest(),
         "world": target.world,
         "builder": _sha256(Path(__file__).read_bytes()),
-        "toolchain": _toolchain(project.language),
+        "toolchain": _toolchain(project.language, report),
+        "dependencies": list(project.dependencies),
     }
     return _sha256(canonical_json(statement))
 
@@ -354,7 +399,40 @@ def _cache_get(cache: Path, key: str) -> bytes | None:
     if not isinstance(meta, dict) or meta.get("module_sha256") != _sha256(module):
         shutil.rmtree(entry, ignore_errors=True)  # corrupt or tampered: rebuild
         return None
+    with contextlib.suppress(OSError):  # recency for LRU pruning (prune_build_cache)
+        os.utime(entry)
     return module
+
+
+def build_cache_entries(cache: Path) -> list[tuple[float, int, Path]]:
+    """``(last used, bytes, entry)`` of every build cache entry, least recently used first."""
+    entries = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in cache.iterdir():
+            if entry.name.startswith(".") or not entry.is_dir() or entry.is_symlink():
+                continue
+            size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+            entries.append((entry.stat().st_mtime, size, entry))
+    return sorted(entries)
+
+
+def prune_build_cache(cache: Path, *, max_bytes: int) -> tuple[int, int]:
+    """Remove least recently used build cache entries until at most ``max_bytes`` remain.
+
+    Returns:
+        ``(entries removed, bytes freed)``.
+    """
+    entries = build_cache_entries(cache)
+    total = sum(size for _, size, _ in entries)
+    removed = freed = 0
+    for _, size, entry in entries:
+        if total <= max_bytes:
+            break
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        removed += 1
+        freed += size
+    return removed, freed
 
 
 def _cache_put(cache: Path, key: str, module: bytes) -> None:
@@ -385,7 +463,12 @@ def _run_tool(argv: list[str], *, cwd: Path, label: str, expected_s: float, repo
     log_path = cwd.parent / f"{cwd.name}.log"
     started = time.monotonic()
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Without VIRTUAL_ENV: componentize-py would add the venv's site-packages to the
+        # plugin's path, so a build would depend on whatever the author's venv holds.
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        proc = subprocess.Popen(
+            argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
         while proc.poll() is None:
             elapsed = time.monotonic() - started
             if elapsed > TOOL_TIMEOUT_S:
@@ -405,6 +488,7 @@ def run_componentize_py(
     wit_path: Path = WIT_PATH,
     world: str = WORLD_NAME,
     report: ProgressCallback = _noop,
+    extra_paths: list[Path] | None = None,
 ) -> None:
     """Run componentize-py on a staged directory (see :func:`stage_python`).
 
@@ -414,13 +498,17 @@ def run_componentize_py(
         wit_path: WIT file or directory (default the Stockade world).
         world: the world to target.
         report: progress callback.
+        extra_paths: more directories of modules (installed dependencies).
 
     Raises:
         BuildError: componentize-py is missing or failed.
     """
     _toolchain("python")
     argv = [sys.executable, "-c", _COMPONENTIZE_PY, "-d", str(wit_path), "-w", world]
-    argv += ["componentize", ENTRY_MODULE, "-p", str(stage), "-o", str(out)]
+    argv += ["componentize", ENTRY_MODULE, "-p", str(stage)]
+    for path in extra_paths or []:
+        argv += ["-p", str(path)]
+    argv += ["-o", str(out)]
     _run_tool(argv, cwd=stage, label="componentize-py", expected_s=_EXPECTED_S["python"], report=report)
     if not out.is_file():
         raise BuildError(f"componentize-py reported success but wrote no {out.name}")
@@ -439,22 +527,76 @@ def _run_componentize_js(
     }
     config_path = stage.parent / "build-config.json"
     config_path.write_text(json.dumps(config), "utf-8")
-    argv = [_node(), str(JS_DIR / "build.mjs"), str(config_path)]
+    runner = _js_runner(stage.parent / "js", _js_toolchain(report))
+    argv = [_node(), str(runner / "build.mjs"), str(config_path)]
     _run_tool(argv, cwd=stage, label="componentize-js", expected_s=_EXPECTED_S["javascript"], report=report)
     if not out.is_file():
         raise BuildError(f"componentize-js reported success but wrote no {out.name}")
+
+
+def _js_runner(dest: Path, toolchain: JsToolchain) -> Path:
+    """A copy of the SDK's build script beside a link to the toolchain's ``node_modules``.
+
+    Node resolves ``import "@bytecodealliance/componentize-js"`` from the importing
+    file's directory upwards (ESM ignores ``NODE_PATH``), so the script runs from a
+    directory whose ``node_modules`` is the per-user toolchain, never a checkout's.
+    """
+    dest.mkdir()
+    for name in ("build.mjs", "stockade.js"):
+        shutil.copyfile(JS_DIR / name, dest / name)
+    (dest / "node_modules").symlink_to(toolchain.node_modules, target_is_directory=True)
+    return dest
 
 
 def _componentize(
     project: Project, stage: Path, out: Path, target: _Target, report: ProgressCallback
 ) -> None:
     if project.language == "python":
-        run_componentize_py(stage, out, wit_path=target.wit_path, world=target.world, report=report)
+        deps = stage.parent / "deps"
+        try:
+            install_dependencies(list(project.dependencies), deps, report)
+        except DependencyError as exc:
+            raise BuildError(str(exc)) from exc
+        paths = [deps] if project.dependencies else []
+        run_componentize_py(
+            stage, out, wit_path=target.wit_path, world=target.world, report=report, extra_paths=paths
+        )
     else:
         _run_componentize_js(project, stage, out, target, report)
 
 
 # --- output -----------------------------------------------------------------------------
+
+
+def _nearby_locks(root: Path) -> list[Path]:
+    """``stockade.lock`` in the project directory and in the working directory (once each)."""
+    found: list[Path] = []
+    for candidate in (root / "stockade.lock", Path.cwd() / "stockade.lock"):
+        if candidate.is_file() and all(not candidate.samefile(f) for f in found):
+            found.append(candidate)
+    return found
+
+
+def _refuse_locked_overwrite(
+    lock: Path, bundle: Path, name: str, version: str, built: dict[str, str]
+) -> None:
+    """Raise :class:`BundleLocked` if ``lock`` pins ``bundle`` with digests other than ``built``.
+
+    An unreadable or malformed lock is left to ``stockade lock verify`` to report.
+    """
+    try:
+        doc = json.loads(lock.read_bytes())
+        entries = [e for e in doc.get("packages", []) if isinstance(e, dict)]
+    except (OSError, ValueError, AttributeError):
+        return
+    target = bundle.resolve()
+    for entry in entries:
+        where = entry.get("bundle")
+        if not isinstance(where, str) or (lock.parent / where).resolve() != target:
+            continue
+        locked = {k: str(entry.get(k)) for k in ("manifest_sha256", "module_sha256")}
+        if locked != built:
+            raise BundleLocked(lock, name, version, locked, built)
 
 
 def _write_bundle(bundle: Path, manifest: bytes, module: bytes) -> None:

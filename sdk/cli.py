@@ -35,7 +35,7 @@ __all__ = ["EXIT_ESCALATION", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
 
 _COMMANDS = (
     # authors
-    "new", "build", "test", "keygen", "sign",
+    "new", "build", "test", "dev", "watch", "toolchain", "cache", "keygen", "sign",
     # reviewers
     "inspect", "lock", "diff",
     # distribution

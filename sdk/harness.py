@@ -39,17 +39,18 @@ Example::
         assert h.call("tracker.create-issue", {...}).error.code == "APPROVAL_REQUIRED"
         assert h.call("tracker.create-issue", {...}, approve=True).ok
 
-Compiling a component takes 8-16 s, so compiled artifacts are shared between harness
-runs under ``cache_dir`` (default ``$XDG_CACHE_HOME/stockade``, i.e.
-``~/.cache/stockade``): ``builds/`` holds the build cache and ``harness/`` the artifact
-key and artifacts (each artifact carries an HMAC under that key, DESIGN §8).
+Compiling a component takes 8-16 s, so compiled artifacts live in the per-user cache
+``cache_dir`` (default ``$STOCKADE_CACHE_DIR``, else ``$XDG_CACHE_HOME/stockade``, i.e.
+``~/.cache/stockade``), shared with ``stockade dev``, ``inspect``, ``lock verify`` and
+hosts that opt in: ``builds/`` holds the build cache and ``artifacts/`` the artifacts with
+their HMAC key (each artifact is verified before it is loaded, DESIGN §8; the directory
+is pruned least-recently-used first, ``stockade cache prune``).
 """
 
 from __future__ import annotations
 
 import base64
 import json as _json
-import os
 import secrets as _random
 import shutil
 import tempfile
@@ -71,7 +72,7 @@ from host.errors import StockadeError
 from host.redact import Redactor
 from host.runtime import ProgressEvent
 from host.secrets import MasterKey, SecretsStore
-from sdk._harness_cache import share_artifacts
+from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
 from sdk.project import PROJECT_FILE
@@ -226,9 +227,8 @@ class UnscriptedRequest(AssertionError):
 
 
 def default_harness_cache() -> Path:
-    """``$XDG_CACHE_HOME/stockade`` (``~/.cache/stockade`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stockade"
+    """The per-user cache root (``~/.cache/stockade`` by default; see :mod:`sdk._cachedir`)."""
+    return cache_root()
 
 
 class _Body(httpx.SyncByteStream):
@@ -291,6 +291,9 @@ class Harness:
         progress: build progress callback (``stage, fraction``).
         compile_progress: receives the host's compile events (``cached``,
             ``compiling``, ``compiled``).
+        debug: put a failing guest's traceback (Python) or stack (JavaScript) into
+            ``result.error.details["guest_traceback"]`` (``HostConfig.debug_guest_errors``).
+            The guest's log is in ``result.log`` either way.
 
     Raises:
         ValueError: ``target`` is neither a project nor a bundle; a secret name or value
@@ -311,7 +314,9 @@ class Harness:
         ceilings: Ceilings = DEFAULT_CEILINGS,
         progress: ProgressCallback | None = None,
         compile_progress: Callable[[ProgressEvent], None] | None = None,
+        debug: bool = True,
     ) -> None:
+        self._debug = debug
         self.routes: dict[tuple[str, str], Route] = {route(m, u): r for (m, u), r in (routes or {}).items()}
         self.requests: list[RecordedRequest] = []
         self.unmatched: list[RecordedRequest] = []
@@ -337,7 +342,7 @@ class Harness:
         bundles = self._tmp / "bundles"
         if (target / PROJECT_FILE).is_file():
             built = build_project(
-                target, out_dir=bundles, cache_dir=self._cache / "builds", progress=progress
+                target, out_dir=bundles, cache_dir=builds_dir(self._cache), progress=progress
             )
             return read_bundle(built.bundle_dir)
         if (target / "manifest.json").is_file():
@@ -354,34 +359,18 @@ class Harness:
         ceilings: Ceilings,
         compile_progress: Callable[[ProgressEvent], None] | None,
     ) -> Host:
-        package = self.bundle.manifest.package
-        lock = self._tmp / "stockade.lock"
-        entry = {
-            "name": package.name,
-            "version": package.version,
-            "bundle": self.bundle.directory.relative_to(self._tmp).as_posix(),
-            "manifest_sha256": self.bundle.manifest_sha256,
-            "module_sha256": self.bundle.module_sha256,
-            "signature": None,
-            "key_id": None,
-        }
-        doc = {"format": "stockade.lock/1", "generation": 1, "previous": None, "packages": [entry]}
-        lock.write_bytes(canonical_json(doc))
-        policy = FilePolicyEngine.initialize(self._tmp / "policy.json")
-        grants = set()
-        for tool in self.bundle.manifest.tools:
-            grants.add(f"tool.call:{tool.name}")
-            grants.update(tool.permissions)
-        policy.set_role(ROLE, allow=sorted(grants))
-        policy.grant_role(PROJECT, SUBJECT, ROLE)
-        store = SecretsStore(self._tmp / "secrets.json", MasterKey.from_bytes(_random.token_bytes(32)))
-        for name, value in values.items():
-            store.set(PROJECT, SUBJECT, name, value)
-        state = self._tmp / "state"
-        share_artifacts(state, self._cache / "harness")
+        lock, policy, store = write_workspace(
+            self._tmp, self.bundle, values, project=PROJECT, subject=SUBJECT
+        )
+        config = HostConfig(
+            state_dir=self._tmp / "state",
+            ceilings=ceilings,
+            artifact_cache_dir=artifacts_dir(self._cache),
+            debug_guest_errors=self._debug,
+        )
         return Host.open(
             lock,
-            config=HostConfig(state_dir=state, ceilings=ceilings),
+            config=config,
             secrets=store,
             policy=policy,
             audit=self._tmp / "audit.log",
@@ -574,6 +563,45 @@ class Harness:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def write_workspace(
+    tmp: Path, bundle: Bundle, values: Mapping[str, str], *, project: str, subject: str
+) -> tuple[Path, FilePolicyEngine, SecretsStore]:
+    """A throw-away trust setup for one bundle (harness and ``stockade dev``).
+
+    Writes ``tmp/stockade.lock`` (generation 1, the bundle, unsigned), a policy file
+    granting ``project``/``subject`` exactly ``tool.call:<tool>`` and the permissions of
+    the package's tools, and a secrets store under a random master key holding
+    ``values`` for that principal.
+
+    Returns:
+        ``(lock path, policy engine, secrets store)``.
+    """
+    package = bundle.manifest.package
+    lock = tmp / "stockade.lock"
+    entry = {
+        "name": package.name,
+        "version": package.version,
+        "bundle": bundle.directory.relative_to(tmp).as_posix(),
+        "manifest_sha256": bundle.manifest_sha256,
+        "module_sha256": bundle.module_sha256,
+        "signature": None,
+        "key_id": None,
+    }
+    doc = {"format": "stockade.lock/1", "generation": 1, "previous": None, "packages": [entry]}
+    lock.write_bytes(canonical_json(doc))
+    policy = FilePolicyEngine.initialize(tmp / "policy.json")
+    grants = set()
+    for tool in bundle.manifest.tools:
+        grants.add(f"tool.call:{tool.name}")
+        grants.update(tool.permissions)
+    policy.set_role(ROLE, allow=sorted(grants))
+    policy.grant_role(project, subject, ROLE)
+    store = SecretsStore(tmp / "secrets.json", MasterKey.from_bytes(_random.token_bytes(32)))
+    for name, value in values.items():
+        store.set(project, subject, name, value)
+    return lock, policy, store
 
 
 def _secret_values(secrets: Iterable[str] | Mapping[str, str]) -> dict[str, str]:

@@ -10,6 +10,7 @@ to one; the build adds ``format`` and ``module`` and fills a few defaults::
     homepage = "https://tracker.example"     # optional (manifest: null)
     language = "python"            # build only: "python" or "javascript"
     source = "app.py"              # build only: default app.py / app.js
+    dependencies = ["humanize==4.9.0"]   # build only, Python: exact pins (sdk/_pydeps.py)
 
     [limits]                       # -> "limits"; each key defaults to DEFAULT_LIMITS
     fuel = 2_000_000_000
@@ -65,7 +66,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from host.canonical import canonical_json
 from host.errors import ManifestInvalid
+from host.manifest import PackageManifest
+from sdk._diagnostics import format_problems, toml_problems
+from sdk._pydeps import DependencyError, check_dependencies
 
 # tomllib is standard from Python 3.11; tomli (the same code) is a dependency below that.
 # Imported by name so that mypy, pinned to 3.10, does not need tomli installed.
@@ -82,6 +87,7 @@ __all__ = [
     "Language",
     "Project",
     "load_project",
+    "validate_project",
 ]
 
 PROJECT_FILE: Final = "stockade.toml"
@@ -105,7 +111,7 @@ DEFAULT_HTTP: Final[dict[str, int]] = {
     "timeout_ms": 30_000,  # ms
 }
 DEFAULT_TIMEOUT_S: Final = 30
-_BUILD_ONLY_KEYS: Final = ("language", "source")
+_BUILD_ONLY_KEYS: Final = ("language", "source", "dependencies")
 _BUILD_OWNED: Final = ("format", "module")
 
 
@@ -119,12 +125,14 @@ class Project:
         source: the entry source, relative to ``root`` (``app.py``, ``pkg/main.py``,
             ``app.js``).
         document: the TOML document as parsed (build-only keys included).
+        dependencies: the pure-Python dependencies to bundle (exact pins, checked).
     """
 
     root: Path
     language: Language
     source: str
     document: dict[str, Any]
+    dependencies: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -251,4 +259,43 @@ def load_project(root: Path) -> Project:
         raise _invalid("package.language", f"must be one of {sorted(LANGUAGES)}, got {language!r}")
     source = _check_source(root, language, package.get("source", LANGUAGES[language]))
     lang: Language = "python" if language == "python" else "javascript"
-    return Project(root=root, language=lang, source=source, document=doc)
+    deps: list[str] = []
+    if "dependencies" in package:
+        if lang != "python":
+            raise _invalid("package.dependencies", "is for Python plugins; JavaScript uses package.json")
+        try:
+            deps = check_dependencies(package["dependencies"])
+        except DependencyError as exc:
+            raise _invalid("package.dependencies", str(exc)) from None
+    return Project(root=root, language=lang, source=source, document=doc, dependencies=tuple(deps))
+
+
+def validate_project(project: Project) -> dict[str, Any]:
+    """The manifest ``project`` describes (placeholder digest), validated by the manifest models.
+
+    Problems are reported against ``stockade.toml``: every one of them, each with its
+    table, key path, line where it can be found and a "did you mean" for a misspelled
+    key (:mod:`sdk._diagnostics`).
+
+    Raises:
+        ManifestInvalid: the manifest is invalid; ``details["problems"]`` holds
+            ``{"loc", "msg", "where", "line"}`` for each problem.
+
+    Returns:
+        The manifest dict (``module.sha256`` is :data:`PLACEHOLDER_SHA256`).
+    """
+    manifest = project.manifest_dict(module_sha256=PLACEHOLDER_SHA256)
+    try:
+        PackageManifest.from_json(canonical_json(manifest))
+    except ManifestInvalid as exc:
+        path = project.root / PROJECT_FILE
+        text = path.read_text("utf-8", errors="replace")
+        found = toml_problems(exc.details.get("problems", []), project.document, text)
+        raise ManifestInvalid(
+            format_problems(PROJECT_FILE, found),
+            hint="fix each key listed; see the key reference in sdk/project.py and the JSON Schema "
+            "sdk/schemas/stockade.toml.schema.json (README: editor set-up)",
+            problems=[p.as_dict() for p in found],
+            file=str(path),
+        ) from None
+    return manifest

@@ -60,7 +60,7 @@ from host.manifest import PackageManifest, ToolSpec
 from host.mcpsource.pin import PinnedSource
 from host.runtime.binary import census, check_header
 from host.runtime.checks import check_component
-from host.runtime.engine import ENGINE_SETTINGS
+from sdk._artifacts import cached_component, remember
 from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
 from sdk.mcpreview import mcp_changes, mcp_report, pinned_sources
@@ -498,19 +498,6 @@ def lock_report(
     }
 
 
-def _inspection_engine() -> wasmtime.Engine:
-    # The host's own WebAssembly feature settings, so a module the host cannot compile (for
-    # example a shared memory, with threads off) is refused here too. Fuel and epoch
-    # instrumentation never change what validates and cost compile time, so they are left
-    # off; only types are read, never run, so optimization is skipped as well.
-    config = wasmtime.Config()
-    for name, value in ENGINE_SETTINGS.items():
-        if name.startswith("wasm_") or name == "shared_memory":
-            setattr(config, name, value)
-    config.cranelift_opt_level = "none"
-    return wasmtime.Engine(config)
-
-
 def _imports(component: wc.Component, engine: wasmtime.Engine) -> list[dict[str, Any]]:
     listed = []
     for name, extern in component.type.imports(engine).items():
@@ -541,14 +528,12 @@ def component_report(module: bytes) -> dict[str, Any]:
     try:
         check_header(module)
         census(module)  # the host parses the binary's structure before compiling it, too
-        engine = _inspection_engine()
-        try:
-            component = wc.Component(engine, module)
-        except wasmtime.WasmtimeError as exc:
-            raise ComponentRefused(f"the component does not compile: {str(exc)[:500]}") from exc
+        component, engine, fresh = cached_component(module)  # per-user artifact cache (issue 12)
         report["imports"] = _imports(component, engine)
         report["exports"] = sorted(component.type.exports(engine))
         check_component(component, engine)
+        if fresh:
+            remember(module, component)
     except ComponentRefused as exc:
         report["refusal"] = {"code": exc.code, "message": exc.message}
         return report

@@ -1,7 +1,8 @@
 """Templates for ``stockade new``: a plugin project that builds and whose tests pass.
 
 A new project holds ``stockade.toml``, the source (``app.py`` or ``app.js``), a
-``README.md``, a ``.gitignore`` (``dist/`` and private keys) and ``tests/test_tools.py``
+``README.md``, a ``.gitignore`` (private keys and caches; not ``dist/``, which a lock
+points at) and ``tests/test_tools.py``
 (pytest, through :mod:`sdk.harness`). It has
 two tools, so the author sees both kinds at once:
 
@@ -22,9 +23,10 @@ from string import Template
 from typing import Final
 
 from host.manifest import is_name
+from sdk._templates import TEMPLATES
 from sdk.project import LANGUAGES, PROJECT_FILE, Language
 
-__all__ = ["MAX_PROJECT_NAME", "ScaffoldError", "render", "scaffold_project"]
+__all__ = ["MAX_PROJECT_NAME", "TEMPLATE_NAMES", "ScaffoldError", "render", "scaffold_project"]
 
 _LONGEST_TOOL: Final = ".lookup"
 MAX_PROJECT_NAME: Final = 64 - len(_LONGEST_TOOL)
@@ -85,7 +87,10 @@ effect = "read"               # read | write | execute | external (write and up 
 risk = "low"                  # low | medium | high
 timeout_s = 5
 
-[tools.input_schema]          # bounded JSON Schema: every string needs maxLength
+# Schemas use a bounded JSON Schema subset: every object lists additionalProperties =
+# false, properties and required (write required = [] when nothing is); every string
+# needs maxLength, every number minimum and maximum, every array maxItems and items.
+[tools.input_schema]
 type = "object"
 additionalProperties = false
 required = ["name"]
@@ -242,7 +247,7 @@ def test_lookup_of_a_missing_item_fails_cleanly(h):
 _README: Final = Template('''\
 # $name
 
-A Stockade plugin ($language). Tools: `$name.greet`, `$name.lookup`.
+A Stockade plugin ($language); its tools, egress and limits are declared in `stockade.toml`.
 
 ```sh
 stockade build              # -> dist/$name-0.1.0/{manifest.json,module.wasm}
@@ -264,24 +269,41 @@ stockade lock verify --trusted-keys trusted-keys.json --require-signatures
 ''')
 
 
-_GITIGNORE: Final = "dist/\n__pycache__/\n.pytest_cache/\n*.pem\n"
+_GITIGNORE: Final = (
+    "# dist/<name>-<version>/ holds built bundles. stockade.lock pins them by path and digest,\n"
+    "# so commit the bundles you lock together with the lock (or publish them).\n"
+    "__pycache__/\n.pytest_cache/\n*.pem\n"
+)
 
 
-def render(name: str, language: Language) -> dict[str, str]:
+TEMPLATE_NAMES: Final = ("read-api", "write-with-approval", "compute")
+"""``stockade new --template`` choices; ``read-api`` (the default) is defined above,
+the others in :mod:`sdk._templates`."""
+
+
+def render(name: str, language: Language, template: str = "read-api") -> dict[str, str]:
     """The files of a new project, ``{relative path: text}``.
 
     Raises:
-        ScaffoldError: ``name`` is not a valid package name or too long.
+        ScaffoldError: ``name`` is not a valid package name or too long, or the template
+            is unknown.
     """
     _check_name(name)
     source = LANGUAGES[language]
     values = {"name": name, "language": language, "source": source}
-    code = _PYTHON if language == "python" else _JAVASCRIPT
+    if template == "read-api":
+        toml, code, test = _TOML, (_PYTHON if language == "python" else _JAVASCRIPT), _TEST
+    elif template in TEMPLATES:
+        parts = TEMPLATES[template]
+        toml, code, test = parts["toml"], parts[language], parts["test"]
+    else:
+        choices = ", ".join(TEMPLATE_NAMES)
+        raise ScaffoldError("TEMPLATE_UNKNOWN", f"unknown template {template!r}; one of {choices}")
     return {
-        PROJECT_FILE: _TOML.substitute(values),
+        PROJECT_FILE: toml.substitute(values),
         source: code.substitute(values),
         "README.md": _README.substitute(values),
-        "tests/test_tools.py": _TEST.substitute(values),
+        "tests/test_tools.py": test.substitute(values),
         ".gitignore": _GITIGNORE,
     }
 
@@ -297,13 +319,16 @@ def _check_name(name: str) -> None:
         raise ScaffoldError("NAME_INVALID", f"package name {name!r} is over {MAX_PROJECT_NAME} characters")
 
 
-def scaffold_project(directory: Path, name: str, *, language: Language) -> list[Path]:
+def scaffold_project(
+    directory: Path, name: str, *, language: Language, template: str = "read-api"
+) -> list[Path]:
     """Write a new project into ``directory`` (created; it must not hold anything yet).
 
     Args:
         directory: the project directory.
         name: the package name (also the prefix of every tool name).
         language: ``"python"`` or ``"javascript"``.
+        template: one of :data:`TEMPLATE_NAMES`.
 
     Raises:
         ScaffoldError: invalid name, or ``directory`` exists and is not an empty directory.
@@ -311,7 +336,7 @@ def scaffold_project(directory: Path, name: str, *, language: Language) -> list[
     Returns:
         The files written, in order.
     """
-    files = render(name, language)
+    files = render(name, language, template)
     directory = Path(directory)
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise ScaffoldError("DIR_NOT_EMPTY", f"{directory} exists and is not a directory")

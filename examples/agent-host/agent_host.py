@@ -46,6 +46,7 @@ from host import (
     StockadeError,
 )
 from host.adapters.schemas import resolve_model_name
+from host.runtime.cache import user_artifact_dir
 
 MAX_TRANSCRIPT_BYTES = 1024 * 1024  # a transcript is untrusted input too
 
@@ -142,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = HostConfig(state_dir=args.state_dir, trusted_keys_file=args.trusted_keys)
+    # The per-user compiled-artifact cache: a plugin compiled by `stockade test` loads in ms.
+    config = HostConfig(state_dir=args.state_dir, trusted_keys_file=args.trusted_keys,
+                        artifact_cache_dir=user_artifact_dir())
     try:
         host = Host.open(args.lock, config=config, secrets=open_secrets(args.state_dir),
                          policy=FilePolicyEngine(args.state_dir / "policy.json"),

@@ -19,6 +19,13 @@ Layout::
 Writes are atomic (temporary file in the same directory, fsync, ``os.replace``, fsync of
 the directory); readers therefore see a whole old file or a whole new one. The bytes that
 were verified are the bytes that are deserialized (no second read of the file).
+
+One cache per user (issue 12): :func:`user_artifact_dir` (``$STOCKADE_CACHE_DIR`` or
+``$XDG_CACHE_HOME/stockade`` or ``~/.cache/stockade``, then ``artifacts/``, holding its own
+``artifact.key``) is shared by the authoring harness, the CLI and host apps that opt in
+(``HostConfig.artifact_cache_dir``). A successful load refreshes the artifact's mtime; with
+``max_bytes`` set, each write prunes the least recently used artifacts until the
+directory fits (:func:`prune_artifacts`; the artifact just written is never removed).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import os
 import secrets
 import stat
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -42,13 +50,109 @@ from host._files import atomic_write, fsync_dir
 from host.errors import ComponentRefused
 from host.runtime.models import CacheStats
 
-__all__ = ["KEY_BYTES", "MAGIC", "ArtifactCache", "artifact_key"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "KEY_BYTES",
+    "MAGIC",
+    "ArtifactCache",
+    "CacheUsage",
+    "artifact_key",
+    "cache_usage",
+    "prune_artifacts",
+    "user_artifact_dir",
+    "user_cache_dir",
+]
 
 _log = logging.getLogger("stockade.runtime.cache")
 
 MAGIC: Final = b"STOCKADE-ARTIFACT/1\n"
 KEY_BYTES: Final = 32
 _MAC_BYTES = 32
+_SUFFIX: Final = ".cwasm"
+CACHE_DIR_ENV: Final = "STOCKADE_CACHE_DIR"
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache root: ``$STOCKADE_CACHE_DIR``, else ``$XDG_CACHE_HOME/stockade``,
+    else ``~/.cache/stockade`` (not created here)."""
+    explicit = os.environ.get(CACHE_DIR_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stockade"
+
+
+def user_artifact_dir() -> Path:
+    """The per-user compiled-artifact cache: ``user_cache_dir() / "artifacts"``."""
+    return user_cache_dir() / "artifacts"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheUsage:
+    """What an artifact directory holds.
+
+    Attributes:
+        entries: number of artifacts.
+        bytes: their total size in bytes.
+        removed: artifacts removed by the prune that produced this value (0 otherwise).
+        freed_bytes: bytes those held.
+    """
+
+    entries: int
+    bytes: int
+    removed: int = 0
+    freed_bytes: int = 0
+
+
+def _artifacts(directory: Path) -> list[tuple[float, int, Path]]:
+    """``(mtime, size, path)`` of every artifact, least recently used first."""
+    found = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if not name.endswith(_SUFFIX):
+            continue
+        path = directory / name
+        with contextlib.suppress(FileNotFoundError):
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode):
+                found.append((info.st_mtime, info.st_size, path))
+    return sorted(found)
+
+
+def cache_usage(directory: Path) -> CacheUsage:
+    """Count the artifacts in ``directory`` (missing directory: empty)."""
+    entries = _artifacts(directory)
+    return CacheUsage(entries=len(entries), bytes=sum(size for _, size, _ in entries))
+
+
+def prune_artifacts(directory: Path, *, max_bytes: int, keep: Path | None = None) -> CacheUsage:
+    """Remove least recently used artifacts until the directory holds at most ``max_bytes``.
+
+    Args:
+        directory: an artifact directory.
+        max_bytes: the cap (0 empties the cache).
+        keep: an artifact never removed (the one just written).
+
+    Returns:
+        The usage after pruning, with what was removed.
+    """
+    entries = _artifacts(directory)
+    total = sum(size for _, size, _ in entries)
+    removed = freed = 0
+    for _, size, path in entries:
+        if total <= max_bytes:
+            break
+        if keep is not None and path == keep:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+            freed += size
+        total -= size
+    return CacheUsage(entries=len(entries) - removed, bytes=total, removed=removed, freed_bytes=freed)
 
 
 def artifact_key(module_sha256: str, wasmtime_version: str, engine_config_hash: str) -> str:
@@ -77,6 +181,7 @@ class ArtifactCache:
         engine: the engine that compiles and deserializes.
         wasmtime_version: part of every cache key.
         engine_config_hash: part of every cache key.
+        max_bytes: prune the directory to this size after each write (None: never).
     """
 
     def __init__(
@@ -87,8 +192,10 @@ class ArtifactCache:
         *,
         wasmtime_version: str,
         engine_config_hash: str,
+        max_bytes: int | None = None,
     ) -> None:
         self._dir = directory
+        self._max_bytes = max_bytes
         self._key_file = key_file
         self._engine = engine
         self._version = wasmtime_version
@@ -105,7 +212,7 @@ class ArtifactCache:
 
     def path(self, module_sha256: str) -> Path:
         """Where the artifact of a module is (or would be) stored."""
-        return self._dir / f"{self.key(module_sha256)}.cwasm"
+        return self._dir / f"{self.key(module_sha256)}{_SUFFIX}"
 
     def stats(self, memory_hits: int) -> CacheStats:
         """The cache's counters (``memory_hits`` is the runtime's own count)."""
@@ -141,6 +248,8 @@ class ArtifactCache:
             return None
         with self._lock:
             self._deserialized += 1
+        with contextlib.suppress(OSError):  # recency for LRU pruning; best effort
+            os.utime(path)
         return component
 
     def compile(self, module: bytes) -> wc.Component:
@@ -166,9 +275,15 @@ class ArtifactCache:
         payload = bytes(component.serialize())
         blob = MAGIC + self._mac(key, payload) + payload
         try:
-            _atomic_write(self._dir, f"{key}.cwasm", blob)
+            _atomic_write(self._dir, f"{key}{_SUFFIX}", blob)
         except OSError as exc:
             _log.warning("could not write compiled artifact %s: %s", key, exc)
+            return
+        if self._max_bytes is not None:
+            kept = self._dir / f"{key}{_SUFFIX}"
+            pruned = prune_artifacts(self._dir, max_bytes=self._max_bytes, keep=kept)
+            if pruned.removed:
+                _log.info("artifact cache pruned: %d removed, %d bytes", pruned.removed, pruned.freed_bytes)
 
     def _verify(self, key: str, blob: bytes) -> bytes | None:
         head = len(MAGIC) + _MAC_BYTES

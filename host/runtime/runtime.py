@@ -72,10 +72,11 @@ class Runtime:
         self._clock = install_deadline_clock(self._linker, self._engine)
         self._cache = ArtifactCache(
             config.artifact_dir,
-            config.state_dir / "artifact.key",
+            config.artifact_key_file,
             self._engine,
             wasmtime_version=wasmtime_version(),
             engine_config_hash=engine_config_hash(),
+            max_bytes=config.artifact_cache_max_bytes if config.artifact_cache_dir is not None else None,
         )
         self._compiled: dict[str, LoadedComponent] = {}
         self._key_locks: dict[str, threading.Lock] = {}

@@ -40,6 +40,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from host import FilePolicyEngine, Host, HostConfig, MasterKey, SecretsStore
 from host.runtime import ProgressEvent
+from host.runtime.cache import user_artifact_dir
 from host.secrets import MASTER_KEY_ENV
 
 __all__ = [
@@ -167,6 +168,8 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         require_signatures=bool(args.require_signatures),
         trusted_keys_file=args.trusted_keys,
         trusted_operator_keys_file=args.trusted_operator_keys,
+        artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)
+        debug_guest_errors=bool(getattr(args, "debug", False)),  # --debug: guest tracebacks
     )
 
 

@@ -178,4 +178,7 @@ def _print_result(result: CallResult, args: argparse.Namespace) -> int:
         print(f"error: {result.error.code}: {safe_text(result.error.message)}", file=sys.stderr)
         if hint:
             print(f"  what to do: {safe_text(hint)}", file=sys.stderr)
+        trace = str(result.error.details.get("guest_traceback") or "")  # with --debug
+        if trace:
+            print("guest traceback:\n" + "\n".join(safe_text(t) for t in trace.splitlines()), file=sys.stderr)
     return EXIT_OK if result.ok else EXIT_FAILED

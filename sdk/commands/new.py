@@ -1,8 +1,11 @@
-"""``stockade new NAME [--lang python|javascript] [--dir DIR]``: start a plugin project.
+"""``stockade new NAME [--lang python|javascript] [--template T] [--dir DIR]``: start a plugin project.
 
 Writes ``stockade.toml``, ``app.py`` (or ``app.js``), ``README.md``, ``.gitignore`` and
 ``tests/test_tools.py`` into ``DIR`` (default ``./NAME``), which must not exist or be
-empty. The project builds as is and its tests pass: ``stockade test DIR``.
+empty. The project builds as is and its tests pass: ``stockade test DIR``. Templates:
+``read-api`` (default: a pure tool and a GET with a host-injected token),
+``write-with-approval`` (a POST tool the host asks a person to approve) and ``compute``
+(a pure function; no network at all).
 
 Exit codes: 0 written; 1 the directory is not empty; 2 invalid name or options.
 """
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.commands._common import EXIT_OK, CommandFailed, UsageFailed, cell, print_json, stdout_console
-from sdk.scaffold import ScaffoldError, scaffold_project
+from sdk.scaffold import TEMPLATE_NAMES, ScaffoldError, scaffold_project
 
 
 def register(sub: Any) -> None:
@@ -29,6 +32,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--lang", choices=("python", "javascript"), default="python", help="plugin language (default python)"
     )
+    parser.add_argument(
+        "--template", choices=TEMPLATE_NAMES, default="read-api",
+        help="read-api (default: a pure tool and an authenticated GET), write-with-approval "
+        "(a write tool a person approves), compute (no network at all)",
+    )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None, help="project directory (default ./NAME)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
@@ -38,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     """Scaffold the project and say what to do next."""
     directory: Path = args.dir if args.dir is not None else Path(args.name)
     try:
-        written = scaffold_project(directory, args.name, language=args.lang)
+        written = scaffold_project(directory, args.name, language=args.lang, template=args.template)
     except ScaffoldError as exc:
         if exc.code == "NAME_INVALID":
             raise UsageFailed(exc.code, exc.message, hint="e.g. `stockade new my-tools`") from None

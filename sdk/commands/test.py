@@ -16,20 +16,14 @@ import importlib.util
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from host.runtime import ProgressEvent
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
+from sdk.commands._progress import author_progress, problems_listed
 from sdk.harness import Harness
 from sdk.project import PROJECT_FILE
-
-_BuildReport = Callable[[str, float], None]
-_CompileReport = Callable[[ProgressEvent], None]
 
 
 def register(sub: Any) -> None:
@@ -50,17 +44,39 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, warm the compile cache, run pytest; 0 when every test passed."""
     project: Path = args.dir
-    tests = project / "tests"
+    check_project(project)
+    extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
+    return run_tests(project, extra)
+
+
+def check_project(project: Path) -> None:
+    """Refuse a directory without ``stockade.toml`` or ``tests/``, or a missing pytest.
+
+    Raises:
+        CommandFailed: PROJECT_NOT_FOUND, NO_TESTS or PYTEST_MISSING.
+    """
     if not (project / PROJECT_FILE).is_file():
         hint = "run it in a plugin project (start one with `stockade new`)"
         raise CommandFailed("PROJECT_NOT_FOUND", f"no {PROJECT_FILE} in {project}", hint=hint)
-    if not tests.is_dir():
-        raise CommandFailed("NO_TESTS", f"{tests} does not exist", hint="put pytest files in DIR/tests")
+    if not (project / "tests").is_dir():
+        hint = "put pytest files in DIR/tests"
+        raise CommandFailed("NO_TESTS", f"{project / 'tests'} does not exist", hint=hint)
     if importlib.util.find_spec("pytest") is None:
         raise CommandFailed("PYTEST_MISSING", "pytest is not installed", hint="pip install pytest")
-    _prepare(project)
-    extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
-    argv = [sys.executable, "-m", "pytest", str(tests.resolve()), *extra]
+
+
+def run_tests(project: Path, pytest_args: list[str]) -> int:
+    """Build, load once (compiling on first use), run pytest on ``project/tests``.
+
+    Raises:
+        ManifestInvalid, BuildError, StockadeError: the project does not build or load.
+
+    Returns:
+        0 when every test passed, 1 otherwise (pytest's 5, no test ran, included).
+    """
+    with problems_listed():
+        _prepare(project)
+    argv = [sys.executable, "-m", "pytest", str((project / "tests").resolve()), *pytest_args]
     stderr_console().print(f"running {cell(' '.join(argv[1:]))}")
     status = subprocess.run(argv, cwd=project, check=False).returncode
     return EXIT_OK if status == 0 else EXIT_FAILED
@@ -71,38 +87,15 @@ def _prepare(project: Path) -> None:
     console = stderr_console()
     started = time.monotonic()
     compiled: list[str] = []
-    with _progress() as (on_build, on_compile):
+    with author_progress() as (on_build, on_compile):
 
         def compile_report(event: ProgressEvent) -> None:
             if event.stage == "compiled":
                 compiled.append(event.name)
-            if on_compile is not None:
-                on_compile(event)
+            on_compile(event)
 
         with Harness(project, progress=on_build, compile_progress=compile_report) as harness:
             package = harness.bundle.manifest.package
     note = "compiled" if compiled else "loaded from cache"
     elapsed = time.monotonic() - started
     console.print(f"built {cell(package.name)}-{cell(package.version)}; {note} in {elapsed:.1f} s")
-
-
-@contextmanager
-def _progress() -> Iterator[tuple[_BuildReport | None, _CompileReport | None]]:
-    console = stderr_console()
-    if not console.is_terminal:
-        console.print("building (first builds take about 10-20 s; later ones are cached)")
-        yield None, None
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("building", total=1.0)
-
-        def on_build(stage: str, fraction: float) -> None:
-            bar.update(task, description=stage, completed=fraction)
-
-        def on_compile(event: ProgressEvent) -> None:
-            verb = {"cached": "loaded", "compiling": "compiling (first time only)", "compiled": "compiled"}
-            done = 1.0 if event.stage != "compiling" else 0.5
-            bar.update(task, description=f"{verb[event.stage]} {event.name}", completed=done)
-
-        yield on_build, on_compile

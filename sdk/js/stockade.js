@@ -338,6 +338,10 @@ function invoke(handler, input) {
     return { ok: true, text };
   } catch (e) {
     const tag = e instanceof ToolInputError ? "invalid-input" : "failed";
+    // The stack goes to the call's log for the author (host debug mode, issue 12).
+    if (tag === "failed" && !(e instanceof ToolError) && e instanceof Error && e.stack) {
+      try { hostLog("error", `[stockade:traceback]\n${describe(e)}\n${e.stack}`); } catch { /* best effort */ }
+    }
     return { ok: false, err: { tag, val: describe(e) } };
   }
 }

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import functools
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -101,9 +102,24 @@ def build_test_plugin(name: str) -> BuildResult:
     project = PLUGINS_DIR / name
     if not (project / "stockade.toml").is_file():
         raise ValueError(f"no test plugin {name!r} in {PLUGINS_DIR}")
-    with _locked(name), tempfile.TemporaryDirectory(prefix="stockade-test-wit-") as wit_tmp:
+    with _locked(name), tempfile.TemporaryDirectory(prefix="stockade-test-wit-") as wit_tmp, _repo_toolchain():
         wit_path = _stage_sockets_wit(Path(wit_tmp)) if name == "sockets_py" else None
         return build_project(project, out_dir=_out_dir() / name, cache_dir=CACHE_DIR, wit_path=wit_path)
+
+
+@contextmanager
+def _repo_toolchain() -> Iterator[None]:
+    """Point the JavaScript toolchain at the checkout's ``npm ci`` (same pins; spares an
+    install into the per-user cache). The build still checks every pinned version."""
+    saved = os.environ.get("STOCKADE_JS_TOOLCHAIN")
+    os.environ["STOCKADE_JS_TOOLCHAIN"] = str(REPO_ROOT)
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["STOCKADE_JS_TOOLCHAIN"]
+        else:
+            os.environ["STOCKADE_JS_TOOLCHAIN"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -7,14 +7,17 @@ over).
 
 ``call(tool, input)`` never lets an exception escape: an uncaught Python exception
 aborts a componentize-py instance (NOTES), so every failure becomes a ``tool-error``.
+An unexpected exception's traceback is written to the call's log at level error, after
+the line ``[stockade:traceback]`` (the host shows it to the author in debug mode, issue 12).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import traceback
 
-from stockade._bindings import Err, WorldProtocol, types
+from stockade._bindings import Err, WorldProtocol, host, types
 from stockade.errors import ToolError, ToolInputError
 
 __all__ = ["WitWorld", "call", "check_tools", "registered_tools", "tool"]
@@ -23,6 +26,7 @@ _NAME = re.compile(r"[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*")
 _MAX_NAME = 64
 _MAX_MESSAGE = 1024
 _HANDLERS = {}
+TRACEBACK_MARKER = "[stockade:traceback]"
 
 
 def tool(name):
@@ -100,7 +104,19 @@ def _invoke(handler, input_text):
         return False, types.ToolError_InvalidInput(_describe(exc))
     except BaseException as exc:  # an escaping exception aborts the instance
         # Includes output json.dumps refuses (TypeError/ValueError) and MemoryError.
+        _log_traceback(exc)
         return False, types.ToolError_Failed(_describe(exc))
+
+
+def _log_traceback(exc):
+    """Log an unexpected exception's traceback for the author; never raises."""
+    if isinstance(exc, (ToolError, MemoryError)):
+        return
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        host.log(types.LogLevel.ERROR, f"{TRACEBACK_MARKER}\n{text}")
+    except BaseException:  # noqa: S110 - the tool error is what matters; the log is a bonus
+        pass
 
 
 def call(tool_name, input_text):

@@ -23,7 +23,6 @@ import pytest
 
 from host.audit import verify
 from host.runtime import ProgressEvent
-from sdk._harness_cache import shared_key
 from sdk.harness import Harness, RecordedRequest, Response, UnscriptedRequest, placeholder, route
 from tests.support.plugins import REPO_ROOT, build_test_plugin
 
@@ -265,7 +264,7 @@ def test_compiled_artifact_shared_between_harnesses(bundle: Path) -> None:
     with Harness(bundle, cache_dir=CACHE, compile_progress=events.append):
         pass
     assert [e.stage for e in events] == ["cached"]
-    key = CACHE / "harness" / "artifact.key"
+    key = CACHE / "artifacts" / "artifact.key"  # the per-user cache, shared with dev/inspect/call
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_bytes()) == 32
 
 
@@ -326,33 +325,3 @@ def test_response_refuses_two_bodies() -> None:
 def test_response_keeps_an_explicit_content_type() -> None:
     response = Response(200, json=[], headers={"Content-Type": "application/problem+json"})
     assert response.headers == (("Content-Type", "application/problem+json"),)
-
-
-def _key_world_readable(path: Path) -> None:
-    path.write_bytes(b"k" * 32)
-    path.chmod(0o644)
-
-
-def _key_too_short(path: Path) -> None:
-    path.write_bytes(b"k" * 31)
-    path.chmod(0o600)
-
-
-def _key_symlink(path: Path) -> None:
-    target = path.with_name("elsewhere")
-    target.write_bytes(b"k" * 32)
-    target.chmod(0o600)
-    path.symlink_to(target)
-
-
-@pytest.mark.parametrize(
-    "spoil", [_key_world_readable, _key_too_short, _key_symlink], ids=["world-readable", "too-short", "symlink"]
-)
-def test_unusable_shared_artifact_key_replaced(tmp_path: Path, spoil: Any) -> None:
-    # Whoever can read the key can forge compiled artifacts (native code) for the harness.
-    key = tmp_path / "artifact.key"
-    spoil(key)
-    fresh = shared_key(key)
-    assert fresh != b"k" * 32 and len(fresh) == 32
-    assert not key.is_symlink() and stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert key.read_bytes() == fresh and shared_key(key) == fresh
