@@ -105,8 +105,11 @@ class Database:
             name="stockade-store",
         )
         try:
+            # One direct connection first: its error names the cause (refused, bad password),
+            # where the pool's own would only say that it timed out.
+            psycopg.connect(dsn, connect_timeout=max(1, round(timeout_s))).close()
             self._pool.open(wait=True, timeout=timeout_s)
-        except Exception as exc:  # PoolTimeout and friends: the server is not there
+        except Exception as exc:  # psycopg.Error or PoolTimeout: the server is not usable
             self._pool.close()
             raise StoreUnavailable(
                 f"cannot connect to the store database {self.display}: {self.describe(exc)}"
