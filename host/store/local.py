@@ -86,7 +86,7 @@ class LocalStore:
         state_dir: the host's state directory (created with mode 0700 if missing).
         audit: the audit log this store appends to; closed by :meth:`close` only when
             ``owns_audit``.
-        owns_audit: close ``audit`` with the store.
+        owns_audit: close ``audit`` with the store (also when this constructor raises).
 
     Raises:
         StoreUnavailable: another local store holds this state dir, or its lock file
@@ -97,8 +97,13 @@ class LocalStore:
 
     def __init__(self, state_dir: Path, *, audit: AuditLog, owns_audit: bool = False) -> None:
         self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._fd: int | None = _hold(self.state_dir / LOCK_FILE)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._fd: int | None = _hold(self.state_dir / LOCK_FILE)
+        except BaseException:
+            if owns_audit:
+                audit.close()  # a refused store must not keep the audit file's lock
+            raise
         self.audit = audit
         self.approvals = ApprovalAuthority()
         self.rate_limits = RateLimiter()

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from host.audit import verify
+from host.canonical import canonical_json
+from host.config import HostConfig
 from host.errors import ApprovalInvalid, LockRollback, RateLimited
 from host.lock import LoadedLock, load_lock
-from host.config import HostConfig
 from host.plan import InvocationPlan
 from host.store import StateStore
 from tests.support.bundles import lock_digest, lock_entry, make_manifest, write_bundle, write_lock
@@ -82,8 +83,6 @@ def test_audit_id_is_the_sha256_of_the_canonical_record(store: StateStore, backe
     (line,) = chain_lines(store, backend)
     record = json.loads(line)
     body = {k: v for k, v in record.items() if k != "hash"}
-    from host.canonical import canonical_json
-
     assert hashlib.sha256(canonical_json(body)).hexdigest() == audit_id
     assert canonical_json(record) + b"\n" == line
 
