@@ -53,8 +53,9 @@ __all__ = [
 class AuditSink(Protocol):
     """Appends records to a hash chain (the contract of :meth:`host.audit.AuditLog.append`)."""
 
-    def append(self, kind: str, payload: Mapping[str, object]) -> str:
-        """Append one record durably and return its hash.
+    def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
+        """Append one record and return its hash; ``durable=True`` waits for the disk
+        whatever the sink's durability mode (intent records before a guest starts).
 
         Raises:
             AuditUnavailable: the record could not be committed; nothing was added.

@@ -131,8 +131,11 @@ class PgAuditChain:
         self._known: set[str] = set()  # chains whose head row exists
         self._closed = False
 
-    def append(self, kind: str, payload: Mapping[str, object]) -> str:
+    def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
         """Append one record to its chain in one transaction; return its hash.
+
+        Every append is durable when it returns (PostgreSQL's commit), so ``durable`` is
+        accepted for the :class:`~host.store.port.AuditSink` contract and changes nothing.
 
         Raises:
             AuditUnavailable: not committed (database down, record too large, closed).

@@ -18,6 +18,7 @@ from host.audit import verify
 from host.errors import ApprovalInvalid, LockRollback, RateLimited, StoreUnavailable
 from host.plan import InvocationPlan
 from host.store import open_postgres
+from host.store.chain import export_chain, pick_chain, verify_chain
 from host.store.migrations import SCHEMA_VERSION, migrate
 from host.store.postgres import PostgresStore
 from tests.store.test_contract import Locks, plans  # noqa: F401 - the module-scoped plans fixture
@@ -183,3 +184,48 @@ def test_newer_generation_is_noticed_through_notify(pg_dsn: str, tmp_path: Path)
         a.locks.accept(gen2)
         waiter.join()
     assert seen == [2]
+
+
+# -- export and in-place verification ------------------------------------------------------------
+
+
+def test_exported_chain_verifies_as_an_audit_log_file(pg_dsn: str, tmp_path: Path) -> None:
+    with PostgresStore(pg_dsn) as store:
+        ids = [store.audit.append("call.outcome", {"project": "p", "n": n}) for n in range(3)]
+        assert pick_chain(store, None) == "project:p"
+        with open(tmp_path / "audit.jsonl", "wb") as out:
+            assert export_chain(store, "project:p", out) == 3
+        assert verify_chain(store, "project:p", expected_head=ids[-1]).ok
+    assert verify(tmp_path / "audit.jsonl", expected_head=ids[-1]).ok
+
+
+def test_tail_records_deleted_in_the_database_detected_by_in_place_verify(pg_dsn: str) -> None:
+    with PostgresStore(pg_dsn) as store:
+        for n in range(4):
+            store.audit.append("call.outcome", {"project": "p", "n": n})
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM audit_records WHERE chain = 'project:p' AND seq >= 3")
+        report = verify_chain(store, "project:p")
+    assert not report.ok and report.records == 2
+    assert "records were removed or rewritten" in report.reason
+
+
+def test_record_edited_in_the_database_detected_by_in_place_verify(pg_dsn: str) -> None:
+    with PostgresStore(pg_dsn) as store:
+        for n in range(3):
+            store.audit.append("call.outcome", {"project": "p", "n": n})
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE audit_records SET line = replace(line, '\"n\":1', '\"n\":9') WHERE seq = 2")
+        report = verify_chain(store, "project:p")
+    assert not report.ok and report.first_broken == 2
+
+
+def test_several_chains_need_a_name(pg_dsn: str) -> None:
+    with PostgresStore(pg_dsn) as store:
+        store.audit.append("call.outcome", {"project": "p"})
+        store.audit.append("call.outcome", {"project": "q"})
+        with pytest.raises(StoreUnavailable, match="several audit chains") as caught:
+            pick_chain(store, None)
+        assert "project:p" in caught.value.hint
+        with pytest.raises(StoreUnavailable, match="no audit chain"):
+            pick_chain(store, "project:zz")
