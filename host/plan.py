@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,10 +54,13 @@ from host.errors import (
     StockadeError,
 )
 from host.policy.engine import Decision, Effect, Fence, PolicyEngine, check_fences
-from host.policy.grants import SessionGrants, final_decision
+from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
+
+if TYPE_CHECKING:
+    from host.store.port import GrantPort
 
 __all__ = [
     "ACTION_DOMAIN",
@@ -397,7 +400,7 @@ def prepare(
     registry: FrozenRegistry,
     engine: PolicyEngine,
     tool_policy: ToolPolicyStore,
-    grants: SessionGrants,
+    grants: GrantPort,
     max_input_bytes: int,
     now: float | None = None,
     validate_input: Callable[..., bytes] = canonicalize,

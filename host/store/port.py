@@ -166,12 +166,35 @@ class LockGenerationPort(Protocol):
 class StateStore(Protocol):
     """A backend: one object per port, plus its name and lifecycle."""
 
-    kind: str  # "local" or "postgres"
-    audit: AuditSink
-    approvals: ApprovalPort
-    rate_limits: RateLimitPort
-    grants: GrantPort
-    locks: LockGenerationPort
+    @property
+    def kind(self) -> str:
+        """``"local"`` or ``"postgres"``."""
+        ...
+
+    @property
+    def audit(self) -> AuditSink:
+        """The audit chain(s)."""
+        ...
+
+    @property
+    def approvals(self) -> ApprovalPort:
+        """Single-use approvals."""
+        ...
+
+    @property
+    def rate_limits(self) -> RateLimitPort:
+        """Per (principal, tool) windows."""
+        ...
+
+    @property
+    def grants(self) -> GrantPort:
+        """Session grants."""
+        ...
+
+    @property
+    def locks(self) -> LockGenerationPort:
+        """Accepted lock generations."""
+        ...
 
     def close(self) -> None:
         """Release connections, locks and files. Idempotent."""
