@@ -444,8 +444,11 @@ def prepare(
         raise
     except Exception as exc:
         raise PolicyUnavailable(f"tool policy failed: {type(exc).__name__}") from exc
-    granted = grants.discharges(req.principal.key, req.session, tool.name)
-    verdict = final_decision(engine_effect, mode, granted)
+    # A grant is looked up only when, without one, a person would be asked: it can change
+    # nothing else, and with a shared store each lookup is a database round trip.
+    verdict = final_decision(engine_effect, mode, False)
+    if verdict == "approval" and grants.discharges(req.principal.key, req.session, tool.name):
+        verdict = final_decision(engine_effect, mode, True)
     if verdict == "deny":
         raise PolicyDenied(f"tool {tool.name!r} is disabled by tool policy", tool=tool.name)
     canonical = validate_input(tool.input_schema, req.input, max_bytes=max_input_bytes)
