@@ -13,11 +13,18 @@ Once a commit may have been sent the operation raises :class:`WriteStarted`: its
 is unknown, and it runs again only when the caller declared it idempotent (reads,
 ``ON CONFLICT DO NOTHING`` inserts, deletes) — never an audit append, an approval
 redemption or a rate-limit consumption.
+
+Outages: once an operation failed for want of a connection, calls fail at once (the same
+error, naming the cause) instead of each waiting a whole ``timeout_s``; one caller per
+:data:`PROBE_INTERVAL_S` tries a direct connection, and when it works the pool's dead
+connections are replaced and calls go through again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
@@ -32,6 +39,7 @@ __all__ = ["MASK", "Database", "DsnError", "WriteStarted", "redact_dsn"]
 MASK: Final = "********"
 DEFAULT_POOL_SIZE: Final = 8  # connections per process
 DEFAULT_TIMEOUT_S: Final = 5.0  # s to get a connection (connect, or wait for a free one)
+PROBE_INTERVAL_S: Final = 0.25  # s between connection probes while the server is unreachable
 _MAX_DETAIL_CHARS: Final = 300  # characters of a driver message kept in our error
 
 _log = logging.getLogger("stockade.store")
@@ -79,13 +87,20 @@ class Database:
         dsn: a libpq URL or key=value string.
         pool_size: most connections this process opens.
         timeout_s: seconds to wait for a connection before failing closed.
+        probe_interval_s: while the server is unreachable, seconds between connection
+            probes (calls in between fail at once); 0 probes on every call.
 
     Raises:
         StoreUnavailable: the DSN is malformed or the server cannot be reached.
     """
 
     def __init__(
-        self, dsn: str, *, pool_size: int = DEFAULT_POOL_SIZE, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        dsn: str,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        probe_interval_s: float = PROBE_INTERVAL_S,
     ) -> None:
         try:
             params = _parse(dsn)
@@ -94,6 +109,12 @@ class Database:
         secret = params.get("password")
         self._password = secret if isinstance(secret, str) and secret else None
         self.display = redact_dsn(dsn)
+        self._dsn = dsn  # private: never printed (self.display is the redacted form)
+        self._timeout_s = timeout_s
+        self._probe_interval_s = probe_interval_s
+        self._down_until = 0.0  # monotonic s; non-zero while the server is unreachable
+        self._down_reason = ""
+        self._probe_lock = threading.Lock()
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
@@ -143,6 +164,8 @@ class Database:
             ``error``: the database failed (after at most one retry, see the module docs).
             StockadeError: whatever ``op`` raises itself (ApprovalInvalid, RateLimited, ...).
         """
+        if self._down_until:
+            self._probe(what, error)
         for attempt in (1, 2):
             try:
                 with self._pool.connection() as conn:
@@ -157,8 +180,30 @@ class Database:
                 break
             _log.warning("store: %s failed (%s); retrying once", what, self.describe(cause))
             self._pool.check()
+        if isinstance(cause, psycopg.OperationalError):
+            self._down_reason = self.describe(cause)
+            self._down_until = time.monotonic() + self._probe_interval_s
         raise error(f"the store database failed to {what}: {self.describe(cause)}") from None
 
+
+    def _probe(self, what: str, error: type[StockadeError]) -> None:
+        """While the server is unreachable: fail at once, except one caller per
+        :data:`PROBE_INTERVAL_S`, who tries one direct connection; when it works, the
+        pool is checked (dead connections replaced) and calls go through again."""
+        with self._probe_lock:
+            now = time.monotonic()
+            if not self._down_until:
+                return
+            if now < self._down_until and self._probe_interval_s > 0:
+                raise error(f"the store database failed to {what}: unreachable ({self._down_reason})")
+            self._down_until = now + self._probe_interval_s  # others fail fast during this probe
+        try:
+            psycopg.connect(self._dsn, connect_timeout=max(1, round(self._timeout_s))).close()
+        except psycopg.Error as exc:
+            self._down_reason = self.describe(exc)
+            raise error(f"the store database failed to {what}: unreachable ({self._down_reason})") from None
+        self._down_until = 0.0
+        self._pool.check()
 
     def close(self) -> None:
         """Close every connection. Idempotent."""

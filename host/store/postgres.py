@@ -61,7 +61,7 @@ from host.lock import LoadedLock, LockState
 from host.plan import Approval, InvocationPlan
 from host.policy.grants import _check_key
 from host.ratelimit import _BUCKETS, _HOUR, _MINUTE, _check_limit, _retry_after, _Window
-from host.store._pg import Database, WriteStarted
+from host.store._pg import PROBE_INTERVAL_S, Database, WriteStarted
 from host.store.local import overrides_of
 from host.store.migrations import check_version
 
@@ -549,6 +549,8 @@ class PostgresStore:
         lock_scope: the name of the fleet whose lock generations move together.
         pool_size: most connections this process opens.
         timeout_s: seconds to wait for a connection before failing closed.
+        probe_interval_s: while the server is unreachable, seconds between reconnection
+            probes; calls in between fail at once (0: every call probes).
 
     Raises:
         StoreUnavailable: malformed DSN, unreachable server, or a schema that is not
@@ -565,10 +567,11 @@ class PostgresStore:
         lock_scope: str = "default",
         pool_size: int = 8,
         timeout_s: float = 5.0,
+        probe_interval_s: float = PROBE_INTERVAL_S,
     ) -> None:
         if chain_scope not in ("project", "single"):
             raise ValueError(f"chain_scope must be 'project' or 'single', not {chain_scope!r}")
-        self._db = Database(dsn, pool_size=pool_size, timeout_s=timeout_s)
+        self._db = Database(dsn, pool_size=pool_size, timeout_s=timeout_s, probe_interval_s=probe_interval_s)
         try:
             self._db.run(check_version, what="read the schema version", idempotent=True)
         except BaseException:

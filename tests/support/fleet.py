@@ -64,9 +64,12 @@ def make_repo(root: Path) -> Repo:
 class Worker:
     """One host process (see the module docstring)."""
 
-    def __init__(self, repo: Repo, dsn: str, name: str) -> None:
+    def __init__(
+        self, repo: Repo, dsn: str, name: str, *, store_timeout_s: float = 5.0, probe_s: float = 0.25
+    ) -> None:
         state = repo.root / "state" / name
-        env = {**os.environ, STORE_ENV: dsn, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, STORE_ENV: dsn, "PYTHONPATH": str(ROOT),
+               "FLEET_STORE_TIMEOUT_S": str(store_timeout_s), "FLEET_STORE_PROBE_S": str(probe_s)}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.fleet_worker", str(repo.root), str(state)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -42,7 +42,10 @@ class Fleet:
         self.repo = repo
         self.state = state
         timeout = float(os.environ.get("FLEET_STORE_TIMEOUT_S", "5"))
-        self.store = PostgresStore(os.environ["STOCKADE_STORE"], pool_size=4, timeout_s=timeout)
+        probe = float(os.environ.get("FLEET_STORE_PROBE_S", "0.25"))
+        self.store = PostgresStore(
+            os.environ["STOCKADE_STORE"], pool_size=4, timeout_s=timeout, probe_interval_s=probe
+        )
         self.host: Host | None = None
 
     def open(self, lock: str) -> dict[str, Any]:
