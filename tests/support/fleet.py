@@ -70,11 +70,16 @@ class Worker:
         state = repo.root / "state" / name
         env = {**os.environ, STORE_ENV: dsn, "PYTHONPATH": str(ROOT),
                "FLEET_STORE_TIMEOUT_S": str(store_timeout_s), "FLEET_STORE_PROBE_S": str(probe_s)}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fleet_worker", str(repo.root), str(state)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env, cwd=ROOT,
-        )
+        # stderr goes to a file: a pipe nobody reads would fill with the driver's warnings
+        # during an outage and block the worker.
+        state.parent.mkdir(parents=True, exist_ok=True)
+        self._stderr_path = state.parent / f"{name}.stderr"
+        with open(self._stderr_path, "w") as stderr:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.fleet_worker", str(repo.root), str(state)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                text=True, env=env, cwd=ROOT,
+            )
 
     def send(self, op: str, **args: Any) -> None:
         """Send one command without waiting for its answer."""
@@ -87,7 +92,7 @@ class Worker:
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
         if not line:
-            stderr = self._proc.stderr.read() if self._proc.stderr else ""
+            stderr = self._stderr_path.read_text(errors="replace")
             raise RuntimeError(f"fleet worker exited ({self._proc.wait()}): {stderr[-4000:]}")
         answer: dict[str, Any] = json.loads(line)
         return answer
@@ -109,6 +114,6 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+        for stream in (self._proc.stdin, self._proc.stdout):
             if stream is not None:
                 stream.close()
