@@ -8,7 +8,8 @@ behind it, so its behaviour and speed do not change:
   not survive a restart and are not valid in another process);
 - rate limits: :class:`host.ratelimit.RateLimiter` (process memory);
 - session grants: :class:`host.policy.grants.SessionGrants` (process memory);
-- lock generations: :class:`host.lock.LockState` (``lock-state.json``, ``flock``-ed).
+- lock generations: :class:`host.lock.LockState` (``lock-state.json``, ``flock``-ed);
+- pending approvals: :class:`host.approvals.ApprovalQueue` (``approvals.json``, ``flock``-ed).
 
 Sharing: the approvals, rate limits and grants of a local store live in one process, so
 two host processes on one state dir would each count and grant on their own. A local
@@ -32,6 +33,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Final, cast
 
+from host.approvals import ApprovalQueue
 from host.audit import AuditLog
 from host.errors import StoreUnavailable
 from host.lock import LoadedLock, LockState
@@ -109,6 +111,7 @@ class LocalStore:
         self.rate_limits = RateLimiter()
         self.grants = SessionGrants()
         self.locks = LocalLockGenerations(self.state_dir)
+        self.pending = ApprovalQueue(self.state_dir)
         self._owns_audit = owns_audit
 
     def close(self) -> None:

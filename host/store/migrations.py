@@ -16,7 +16,8 @@ Tables (version 1): ``audit_chains`` (one head row per chain: ``seq``, ``head``)
 ``audit_records`` (``chain``, ``seq``, ``hash``, ``line`` — the exact canonical JSON line
 of :mod:`host.audit`), ``approvals`` (single-use, ``consumed_at``), ``rate_buckets``
 (sliding-window counters), ``session_grants``, ``lock_state`` (the accepted-lock state
-document per scope).
+document per scope). Version 2: ``pending_approvals`` (the queue of actions waiting for
+a person, one row per action digest and principal).
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         generation bigint,
         state text NOT NULL,
         updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 2: the pending-approval queue (host.store.pending).
+    """
+    CREATE TABLE pending_approvals (
+        action_digest text NOT NULL,
+        project text NOT NULL,
+        subject text NOT NULL,
+        entry text NOT NULL,
+        status text NOT NULL CHECK (status IN ('pending', 'approved', 'denied')),
+        requested_at double precision NOT NULL,
+        expires_at double precision NOT NULL,
+        PRIMARY KEY (action_digest, project, subject)
     );
     """,
 )

@@ -11,6 +11,8 @@ behind it:
 - :class:`GrantPort` — session grants: grant, check, clear (§6 step 4);
 - :class:`LockGenerationPort` — accept a lock generation: monotonic, forks and
   downgrades refused exactly as :class:`host.lock.LockState` refuses them (§4, §12);
+- :class:`~host.store.pending.PendingApprovalPort` — the queue of actions waiting for a
+  person (the contract of :class:`host.approvals.ApprovalQueue`).
 
 Contract every backend keeps (``tests/store/test_contract.py`` runs both):
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
     from host.lock import LoadedLock
     from host.plan import Approval, InvocationPlan
+    from host.store.pending import PendingApprovalPort
 
 __all__ = [
     "ApprovalPort",
@@ -194,6 +197,11 @@ class StateStore(Protocol):
     @property
     def locks(self) -> LockGenerationPort:
         """Accepted lock generations."""
+        ...
+
+    @property
+    def pending(self) -> PendingApprovalPort:
+        """The queue of actions waiting for a person (``stockade approvals``, MCP)."""
         ...
 
     def close(self) -> None:

@@ -26,6 +26,8 @@ How each promise holds across processes and machines:
   ``FOR UPDATE``; the rules are :class:`host.lock.LockState`'s own (rollback, fork,
   downgrade), applied to the row's document; an accept sends ``NOTIFY`` so other
   processes learn of a newer generation (:meth:`PgLockGenerations.wait_newer`).
+- **Pending approvals** (:class:`~host.store.pending.PgPendingApprovals`): the queue of
+  :class:`host.approvals.ApprovalQueue` as rows, decided and redeemed once fleet-wide.
 
 Failures: the audit sink raises AUDIT_UNAVAILABLE, every other port STORE_UNAVAILABLE;
 retries follow :mod:`host.store._pg`. The DSN's password never appears in an error, a log
@@ -64,6 +66,7 @@ from host.ratelimit import _BUCKETS, _HOUR, _MINUTE, _check_limit, _retry_after,
 from host.store._pg import PROBE_INTERVAL_S, Database, WriteStarted
 from host.store.local import overrides_of
 from host.store.migrations import check_version
+from host.store.pending import PgPendingApprovals
 
 __all__ = [
     "HOST_CHAIN",
@@ -128,7 +131,6 @@ class PgAuditChain:
         self._db = db
         self.scope: ChainScope = scope
         self._clock = clock
-        self._known: set[str] = set()  # chains whose head row exists
         self._closed = False
 
     def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
@@ -154,17 +156,16 @@ class PgAuditChain:
 
     def append_in(self, conn: Conn, chain: str, kind: str, payload: Mapping[str, object]) -> str:
         """Append inside the caller's open transaction (the caller commits)."""
-        if chain not in self._known:
+        head = "SELECT seq, head FROM audit_chains WHERE chain = %s FOR UPDATE"
+        row = conn.execute(head, (chain,)).fetchone()
+        if row is None:  # the chain's first record: create its head row (racing writers wait here)
             conn.execute(
                 "INSERT INTO audit_chains (chain, seq, head) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",
                 (chain, GENESIS),
             )
-        row = conn.execute(
-            "SELECT seq, head FROM audit_chains WHERE chain = %s FOR UPDATE", (chain,)
-        ).fetchone()
+            row = conn.execute(head, (chain,)).fetchone()
         if row is None:  # pragma: no cover - inserted just above
             raise AuditUnavailable(f"audit chain {chain!r} has no head row")
-        self._known.add(chain)
         seq = int(row[0]) + 1
         record: dict[str, Any] = {
             **payload, "seq": seq, "time": int(self._clock() * 1000), "prev": str(row[1]), "kind": kind
@@ -582,6 +583,7 @@ class PostgresStore:
         self.rate_limits = PgRateLimits(self._db)
         self.grants = PgGrants(self._db)
         self.locks = PgLockGenerations(self._db, dsn, scope=lock_scope)
+        self.pending = PgPendingApprovals(self._db)
 
     @property
     def database(self) -> Database:

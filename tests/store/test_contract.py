@@ -267,3 +267,37 @@ def test_unsafe_accept_rollback_moves_the_state_back(store: StateStore, tmp_path
     store.locks.accept(gen2)
     store.locks.accept(gen1, unsafe_accept_rollback=True)
     assert store.locks.current_generation() == 1
+
+
+# -- pending approvals ---------------------------------------------------------------------
+
+
+def test_pending_approval_queued_decided_and_redeemed_once(
+    store: StateStore, plans: dict[str, InvocationPlan]
+) -> None:
+    plan = plans["s1"]
+    principal = plan.request.principal
+    entry = store.pending.request(plan, summary='{"message":"hi"}')
+    assert store.pending.request(plan, summary="again") == entry  # one entry per action
+    assert [e.action_digest for e in store.pending.entries()] == [plan.action_digest]
+    assert store.pending.redeem(plan.action_digest, project="p", subject="alice")[0] == "pending"
+    decided = store.pending.decide(plan.action_digest, approve=True, by="reviewer")
+    assert decided.status == "approved" and decided.decided_by == "reviewer"
+    assert store.pending.redeem(plan.action_digest, project=principal.project, subject="alice")[0] == "approved"
+    assert store.pending.redeem(plan.action_digest, project="p", subject="alice") == ("absent", None)
+    assert store.pending.entries() == []
+
+
+def test_pending_approval_of_another_principal_not_redeemed(
+    store: StateStore, plans: dict[str, InvocationPlan]
+) -> None:
+    plan = plans["s1"]
+    store.pending.request(plan, summary="")
+    store.pending.decide(plan.action_digest, approve=False, by="reviewer")
+    assert store.pending.redeem(plan.action_digest, project="p", subject="mallory") == ("absent", None)
+    assert store.pending.redeem(plan.action_digest, project="p", subject="alice")[0] == "denied"
+
+
+def test_deciding_an_unknown_digest_refused(store: StateStore) -> None:
+    with pytest.raises(ApprovalInvalid, match="no pending approval"):
+        store.pending.decide("0" * 64, approve=True, by="reviewer")
