@@ -196,6 +196,7 @@ class Host:
         policy: PolicyEngine,
         audit: AuditLog | str | Path | None = None,
         store: StateStore | None = None,
+        own_store: bool = False,
         tool_policy: ToolPolicyStore | None = None,
         resolver: Resolver | None = None,
         transport_factory: TransportFactory | None = None,
@@ -223,8 +224,10 @@ class Host:
             store: the state store (:mod:`host.store`) holding the audit chain,
                 approvals, rate limits, session grants and accepted lock generations;
                 e.g. ``PostgresStore(dsn)`` to share them between host processes. The
-                caller closes it. Default: a :class:`~host.store.LocalStore` on
-                ``config.state_dir`` with ``audit``, closed with the host.
+                caller closes it unless ``own_store``. Default: a
+                :class:`~host.store.LocalStore` on ``config.state_dir`` with ``audit``,
+                closed with the host.
+            own_store: close ``store`` with the host (also when opening fails).
             tool_policy: layered tool policy store (default: under ``state_dir``).
             resolver: DNS resolver port (default: the system resolver).
             transport_factory: builds the HTTP transport from the vetted pins (default:
@@ -247,15 +250,20 @@ class Host:
         if store is not None and audit is not None:
             raise TypeError("pass audit= or store=, not both: the store holds the audit chain")
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
-        loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
+        try:
+            keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
+            loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
+            pinned = load_pinned_sources(
+                Path(lock), loaded.lock.mcp, ceilings=config.ceilings,
+                require_signatures=config.require_signatures, keys=keys,
+            )
+        except BaseException:
+            if store is not None and own_store:
+                store.close()
+            raise
         # Opened after the lock verified: a refused lock (e.g. BUNDLE_MISSING) leaves no
         # audit writer or state-dir lock open, so the same process can fetch and open again.
-        pinned = load_pinned_sources(
-            Path(lock), loaded.lock.mcp, ceilings=config.ceilings,
-            require_signatures=config.require_signatures, keys=keys,
-        )
-        owns_store = store is None
+        owns_store = store is None or own_store
         state = store if store is not None else _local_store(config, audit)
         try:
             runtime = Runtime(config)
