@@ -21,6 +21,8 @@ How each promise holds across processes and machines:
 - **Rate limits** (:class:`PgRateLimits`): the sliding windows of :mod:`host.ratelimit`
   (same buckets, same retry-after), read and counted in one transaction under a
   per-key advisory lock, on the database's clock (one reference time for the fleet).
+  Their commits do not wait for the WAL flush (``synchronous_commit = off``): a server
+  crash may forget the last few milliseconds of counts, never an audit record.
 - **Session grants** (:class:`PgGrants`): rows; a clear is one ``DELETE`` seen by all.
 - **Lock generations** (:class:`PgLockGenerations`): one state row per scope, locked
   ``FOR UPDATE``; the rules are :class:`host.lock.LockState`'s own (rollback, fork,
@@ -325,6 +327,9 @@ class PgRateLimits:
 
     @staticmethod
     def _consume(conn: Conn, key: str, tool: str, limits: Mapping[str, int | None], *, sweep: bool) -> None:
+        # Counters, not the audit trail: the commit does not wait for the WAL flush. A
+        # server crash can forget the last few milliseconds of counts (never a record).
+        conn.execute("SET LOCAL synchronous_commit = off")
         row = conn.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)), "
             "extract(epoch FROM clock_timestamp())::float8",
