@@ -14,9 +14,12 @@ behind it, so its behaviour and speed do not change:
 Sharing: the approvals, rate limits and grants of a local store live in one process, so
 two host processes on one state dir would each count and grant on their own. A local
 store therefore holds an exclusive ``flock`` on ``state_dir/store.lock`` while it is
-open; a second one on the same state dir (in any process) is refused with
-STORE_UNAVAILABLE naming the postgres store — never silently split in two. CLI commands
-that only read or queue (``stockade approvals``, ``log verify``) do not open a store.
+open; a store on the same state dir in another process is refused with
+STORE_UNAVAILABLE naming the postgres store — never silently split in two. Within one
+process the lock is shared (counted), so a host reloading its lock (the MCP server opens
+the new generation's Host before closing the old one) keeps working, exactly as before
+the store port. CLI commands that only read or queue (``stockade approvals``,
+``log verify``) do not open a store.
 
 Example::
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -101,7 +105,7 @@ class LocalStore:
         self.state_dir = Path(state_dir)
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._fd: int | None = _hold(self.state_dir / LOCK_FILE)
+            self._held: Path | None = _hold(self.state_dir / LOCK_FILE)
         except BaseException:
             if owns_audit:
                 audit.close()  # a refused store must not keep the audit file's lock
@@ -116,9 +120,9 @@ class LocalStore:
 
     def close(self) -> None:
         """Release the state-dir lock (and the audit log if owned). Idempotent."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        held, self._held = self._held, None
+        if held is not None:
+            _release(held)
             if self._owns_audit:
                 self.audit.close()
 
@@ -134,7 +138,33 @@ class LocalStore:
         return f"LocalStore({str(self.state_dir)!r})"
 
 
-def _hold(path: Path) -> int:
+_HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, stores using it)
+_HELD_GUARD = threading.Lock()
+
+
+def _hold(path: Path) -> Path:
+    """Take (or share, within this process) the state dir's lock; return its key."""
+    key = path.resolve()
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None:
+            _HELD[key] = (held[0], held[1] + 1)
+            return key
+        _HELD[key] = (_lock(key), 1)
+        return key
+
+
+def _release(key: Path) -> None:
+    with _HELD_GUARD:
+        fd, count = _HELD[key]
+        if count > 1:
+            _HELD[key] = (fd, count - 1)
+            return
+        del _HELD[key]
+    os.close(fd)
+
+
+def _lock(path: Path) -> int:
     """Open and exclusively ``flock`` ``path``; the descriptor keeps the lock."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)

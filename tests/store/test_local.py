@@ -11,28 +11,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from host.audit import AuditLog
-from host.errors import StoreUnavailable
 from host.store import LocalStore
 
 
-def test_second_store_on_one_state_dir_refused_instead_of_splitting_rate_limits(tmp_path: Path) -> None:
+def test_stores_of_one_process_share_the_state_dir_lock(tmp_path: Path) -> None:
+    # A host reloading its lock opens the new Host before closing the old one.
     first = LocalStore(tmp_path / "state", audit=AuditLog(tmp_path / "a.log"), owns_audit=True)
-    try:
-        # Another audit file does not help: the state dir itself is held.
-        with pytest.raises(StoreUnavailable) as caught:
-            LocalStore(tmp_path / "state", audit=AuditLog(tmp_path / "b.log"), owns_audit=True)
-        assert caught.value.code == "STORE_UNAVAILABLE"
-        assert "in use by another host process" in caught.value.message
-        assert "postgresql://" in caught.value.hint
-    finally:
-        first.close()
-    LocalStore(tmp_path / "state", audit=AuditLog(tmp_path / "b.log"), owns_audit=True).close()
+    second = LocalStore(tmp_path / "state", audit=AuditLog(tmp_path / "b.log"), owns_audit=True)
+    first.close()
+    third = LocalStore(tmp_path / "state", audit=AuditLog(tmp_path / "a.log"), owns_audit=True)
+    second.close()
+    third.close()
 
 
-def test_second_process_on_one_state_dir_refused(tmp_path: Path) -> None:
+def test_second_process_on_one_state_dir_refused_instead_of_splitting_rate_limits(tmp_path: Path) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -44,8 +37,13 @@ def test_second_process_on_one_state_dir_refused(tmp_path: Path) -> None:
         "    LocalStore(root / 'state', audit=AuditLog(root / 'other.log'), owns_audit=True)\n"
         "except StoreUnavailable as exc:\n"
         "    print(exc.code)\n"
+        "    print(exc.message)\n"
+        "    print(exc.hint)\n"
     )
     with LocalStore(tmp_path / "state", audit=AuditLog(tmp_path / "a.log"), owns_audit=True):
         done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                               text=True, timeout=120, check=True, cwd=Path(__file__).parents[2])
-    assert done.stdout.strip() == "STORE_UNAVAILABLE"
+    code, message, hint = done.stdout.strip().splitlines()
+    assert code == "STORE_UNAVAILABLE"
+    assert "in use by another host process" in message
+    assert "postgresql://" in hint
