@@ -26,7 +26,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from types import TracebackType
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -34,7 +35,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from host.errors import StockadeError, StoreUnavailable
 
-__all__ = ["MASK", "Database", "DsnError", "WriteStarted", "redact_dsn"]
+__all__ = ["MASK", "Conn", "Database", "DsnError", "WriteStarted", "committing", "redact_dsn"]
 
 MASK: Final = "********"
 DEFAULT_POOL_SIZE: Final = 8  # connections per process
@@ -45,6 +46,7 @@ _MAX_DETAIL_CHARS: Final = 300  # characters of a driver message kept in our err
 _log = logging.getLogger("stockade.store")
 
 T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
 
 
 class DsnError(Exception):
@@ -218,3 +220,25 @@ def _retryable(exc: psycopg.Error) -> bool:
     will any other error (a missing table, a constraint).
     """
     return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolTimeout)
+
+
+class committing:
+    """``with conn.transaction()`` whose commit failure is marked :class:`WriteStarted`
+    (the commit may have reached the server: its outcome is unknown)."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._tx = conn.transaction()
+
+    def __enter__(self) -> None:
+        self._tx.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None:
+            self._tx.__exit__(exc_type, exc, tb)
+            return
+        try:
+            self._tx.__exit__(None, None, None)
+        except psycopg.Error as commit_error:
+            raise WriteStarted(commit_error) from commit_error

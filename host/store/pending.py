@@ -19,8 +19,7 @@ from host.errors import ApprovalInvalid
 
 if TYPE_CHECKING:
     from host.plan import InvocationPlan
-    from host.store._pg import Database
-    from host.store.postgres import Conn
+    from host.store._pg import Conn, Database
 
 __all__ = ["PendingApprovalPort", "PgPendingApprovals"]
 
