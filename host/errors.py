@@ -43,7 +43,8 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ArtifactInvalid           ARTIFACT_INVALID        an OCI artifact is not a Stockade bundle artifact
     ├── McpUnavailable            MCP_UNAVAILABLE         an MCP server crashed, broke JSON-RPC, cannot start
     │   └── McpTimeout            MCP_TIMEOUT             an MCP server did not answer within the call timeout
-    └── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
+    ├── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
+    └── StoreUnavailable          STORE_UNAVAILABLE       the state store cannot be reached or used
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
 ``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
@@ -97,6 +98,7 @@ __all__ = [
     "SecretsUnavailable",
     "SignatureInvalid",
     "StockadeError",
+    "StoreUnavailable",
     "ToolFailed",
     "ToolNotFound",
     "all_error_classes",
@@ -441,6 +443,15 @@ class McpToolChanged(StockadeError):
 
     code = "MCP_TOOL_CHANGED"
     default_hint = "Review the change (`stockade diff`) and re-pin with `stockade lock add-mcp`."
+class StoreUnavailable(StockadeError):
+    """The state store (approvals, rate limits, grants, lock generations) cannot be
+    reached or used; the operation fails closed and nothing runs."""
+
+    code = "STORE_UNAVAILABLE"
+    default_hint = (
+        "Check that the store's database is reachable and migrated (`stockade store migrate`); "
+        "a local state dir is used by one host process at a time."
+    )
 
 
 def all_error_classes() -> tuple[type[StockadeError], ...]:

@@ -59,20 +59,20 @@ from host.errors import (
     OutputInvalid,
     StockadeError,
 )
-from host.lock import LockState, TrustedKeys, load_lock
+from host.lock import TrustedKeys, load_lock
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.pin import load_pinned_sources
 from host.mcpsource.source import McpSource
-from host.plan import Approval, ApprovalAuthority, CallRequest, InvocationPlan, prepare
+from host.plan import Approval, CallRequest, InvocationPlan, prepare
 from host.policy.engine import PolicyEngine
-from host.policy.grants import SessionGrants
 from host.policy.toolpolicy import ToolPolicyStore
-from host.ratelimit import RateLimiter
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
 from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
+from host.store.local import LocalStore
+from host.store.port import StateStore
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
 
@@ -158,28 +158,29 @@ class Host:
         secrets: SecretsStore | None,
         policy: PolicyEngine,
         tool_policy: ToolPolicyStore,
-        audit: AuditLog,
+        store: StateStore,
         resolver: Resolver,
         generation: int,
         transport_factory: TransportFactory | None,
-        owns_audit: bool,
+        owns_store: bool,
         mcp_sources: Mapping[str, McpSource] | None = None,
     ) -> None:
         """:meta private:"""
         self.config = config
         self.registry = registry
         self.generation = generation
-        self.grants = SessionGrants()
+        self.store = store
+        self.grants = store.grants
         self._packages = dict(packages)
         self._runtime = runtime
         self._secrets = secrets
         self._policy = policy
         self._tool_policy = tool_policy
-        self._audit = audit
+        self._audit = store.audit
         self._resolver = resolver
-        self._limiter = RateLimiter()
-        self._approvals = ApprovalAuthority()
-        self._owns_audit = owns_audit
+        self._limiter = store.rate_limits
+        self._approvals = store.approvals
+        self._owns_store = owns_store
         self._transport_factory = transport_factory
         self._closed = threading.Event()
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
@@ -195,7 +196,9 @@ class Host:
         config: HostConfig,
         secrets: SecretsStore | None,
         policy: PolicyEngine,
-        audit: AuditLog | str | Path,
+        audit: AuditLog | str | Path | None = None,
+        store: StateStore | None = None,
+        own_store: bool = False,
         tool_policy: ToolPolicyStore | None = None,
         resolver: Resolver | None = None,
         transport_factory: TransportFactory | None = None,
@@ -204,8 +207,8 @@ class Host:
     ) -> Host:
         """Verify a lock, compile its components and build the frozen registry.
 
-        The lock's generation is accepted into ``config.state_dir`` only after every
-        digest, signature, manifest and component check passed.
+        The lock's generation is accepted into the state store only after every digest,
+        signature, manifest and component check passed.
 
         MCP sources the lock pins (``host.mcpsource``) are verified with it; their
         servers are started after the lock is accepted and their live tools compared with
@@ -218,7 +221,15 @@ class Host:
             secrets: the secrets store (``None``: no secrets; packages that require one
                 fail their calls with CREDENTIAL_UNAVAILABLE).
             policy: the PolicyEngine port (e.g. ``FilePolicyEngine``).
-            audit: an AuditLog, or a path to open one at (closed with the host).
+            audit: an AuditLog, or a path to open one at (closed with the host), for the
+                default local store; omit it when passing ``store``.
+            store: the state store (:mod:`host.store`) holding the audit chain,
+                approvals, rate limits, session grants and accepted lock generations;
+                e.g. ``PostgresStore(dsn)`` to share them between host processes. The
+                caller closes it unless ``own_store``. Default: a
+                :class:`~host.store.LocalStore` on ``config.state_dir`` with ``audit``,
+                closed with the host.
+            own_store: close ``store`` with the host (also when opening fails).
             tool_policy: layered tool policy store (default: under ``state_dir``).
             resolver: DNS resolver port (default: the system resolver).
             transport_factory: builds the HTTP transport from the vetted pins (default:
@@ -234,18 +245,34 @@ class Host:
             ManifestInvalid: a bundled manifest.
             ComponentRefused: a module is not an acceptable component.
             AuditUnavailable: the audit log cannot be opened or written.
+            StoreUnavailable: the state store cannot be reached, or the local state dir
+                is in use by another host process.
+            TypeError: both or neither of ``audit`` and ``store``.
         """
+        if store is not None and audit is not None:
+            raise TypeError("pass audit= or store=, not both: the store holds the audit chain")
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
-        loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
+        try:
+            keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
+            loaded = load_lock(Path(lock), config=config, trusted_keys=keys)
+            pinned = load_pinned_sources(
+                Path(lock), loaded.lock.mcp, ceilings=config.ceilings,
+                require_signatures=config.require_signatures, keys=keys,
+            )
+        except BaseException:
+            if store is not None and own_store:
+                store.close()
+            raise
         # Opened after the lock verified: a refused lock (e.g. BUNDLE_MISSING) leaves no
-        # audit writer open, so the same process can fetch and open again.
-        pinned = load_pinned_sources(
-            Path(lock), loaded.lock.mcp, ceilings=config.ceilings,
-            require_signatures=config.require_signatures, keys=keys,
-        )
-        log = audit if isinstance(audit, AuditLog) else _open_audit(Path(audit), config)
-        runtime = Runtime(config)
+        # audit writer or state-dir lock open, so the same process can fetch and open again.
+        owns_store = store is None or own_store
+        state = store if store is not None else _local_store(config, audit)
+        try:
+            runtime = Runtime(config)
+        except BaseException:
+            if owns_store:
+                state.close()
+            raise
         sources: dict[str, McpSource] = {}
         try:
             items = [(p.binding.package, p.module_bytes, p.binding.module_sha256) for p in loaded.packages]
@@ -260,9 +287,8 @@ class Host:
                 *mcp_hosting.registry_items(pinned, loaded.generation),
             ])
             check_model_names(registry)  # no tool may vanish behind another's model-facing name
-            state = LockState(config.state_dir)
-            overridden = state.accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
-            log.append(
+            overridden = state.locks.accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
+            state.audit.append(
                 "lock.accepted",
                 {
                     "generation": loaded.generation,
@@ -275,16 +301,16 @@ class Host:
                 },
             )
             sources = mcp_hosting.start_sources(
-                pinned, state_dir=config.state_dir, secrets=secrets, audit=log
+                pinned, state_dir=config.state_dir, secrets=secrets, audit=state.audit
             )
         except BaseException:
             for source in sources.values():
                 source.close()
             runtime.close()
-            if not isinstance(audit, AuditLog):
-                log.close()
+            if owns_store:
+                state.close()
             raise
-        store = tool_policy or ToolPolicyStore(
+        tool_store = tool_policy or ToolPolicyStore(
             config.state_dir / "tool-policy", admin_dir=config.admin_policy_dir
         )
         return cls(
@@ -294,12 +320,12 @@ class Host:
             runtime=runtime,
             secrets=secrets,
             policy=policy,
-            tool_policy=store,
-            audit=log,
+            tool_policy=tool_store,
+            store=state,
             resolver=resolver or system_resolver,
             generation=loaded.generation,
             transport_factory=transport_factory,
-            owns_audit=not isinstance(audit, AuditLog),
+            owns_store=owns_store,
             mcp_sources=sources,
         )
 
@@ -762,15 +788,15 @@ class Host:
             raise RuntimeError("this Host is closed")
 
     def close(self) -> None:
-        """Stop the epoch ticker, release compiled components and close an audit log this
-        host opened itself. Idempotent."""
+        """Stop the epoch ticker, release compiled components and close the state store
+        (and its audit log) if this host opened it. Idempotent."""
         if not self._closed.is_set():
             self._closed.set()
             for source in self._mcp.values():
                 source.close()
             self._runtime.close()
-            if self._owns_audit:
-                self._audit.close()
+            if self._owns_store:
+                self.store.close()
 
     def __enter__(self) -> Host:
         return self
@@ -850,6 +876,15 @@ def _egress_cause(exc: StockadeError, egress: EgressPort) -> StockadeError:
                 reason=reason or kind, host=record.host, path=record.path, method=record.method,
             )  # fmt: skip
     return exc
+
+
+def _local_store(config: HostConfig, audit: AuditLog | str | Path | None) -> LocalStore:
+    """The default store: ``config.state_dir`` with ``audit`` (opened here if a path)."""
+    if audit is None:
+        raise TypeError("Host.open needs audit= (a path or an AuditLog) or store=")
+    if isinstance(audit, AuditLog):
+        return LocalStore(config.state_dir, audit=audit)
+    return LocalStore(config.state_dir, audit=_open_audit(Path(audit), config), owns_audit=True)
 
 
 def _log_text(log: object) -> str:

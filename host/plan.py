@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,10 +54,13 @@ from host.errors import (
     StockadeError,
 )
 from host.policy.engine import Decision, Effect, Fence, PolicyEngine, check_fences
-from host.policy.grants import SessionGrants, final_decision
+from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
+
+if TYPE_CHECKING:
+    from host.store.port import GrantPort
 
 __all__ = [
     "ACTION_DOMAIN",
@@ -397,7 +400,7 @@ def prepare(
     registry: FrozenRegistry,
     engine: PolicyEngine,
     tool_policy: ToolPolicyStore,
-    grants: SessionGrants,
+    grants: GrantPort,
     max_input_bytes: int,
     now: float | None = None,
     validate_input: Callable[..., bytes] = canonicalize,
@@ -441,8 +444,11 @@ def prepare(
         raise
     except Exception as exc:
         raise PolicyUnavailable(f"tool policy failed: {type(exc).__name__}") from exc
-    granted = grants.discharges(req.principal.key, req.session, tool.name)
-    verdict = final_decision(engine_effect, mode, granted)
+    # A grant is looked up only when, without one, a person would be asked: it can change
+    # nothing else, and with a shared store each lookup is a database round trip.
+    verdict = final_decision(engine_effect, mode, False)
+    if verdict == "approval" and grants.discharges(req.principal.key, req.session, tool.name):
+        verdict = final_decision(engine_effect, mode, True)
     if verdict == "deny":
         raise PolicyDenied(f"tool {tool.name!r} is disabled by tool policy", tool=tool.name)
     canonical = validate_input(tool.input_schema, req.input, max_bytes=max_input_bytes)

@@ -41,7 +41,7 @@ _COMMANDS = (
     # distribution
     "push", "pull",
     # host operators
-    "tools", "call", "policy", "secrets", "log", "demo",
+    "tools", "call", "policy", "secrets", "log", "store", "demo",
     # MCP
     "serve", "tokens", "approvals",
 )  # fmt: skip

@@ -78,6 +78,7 @@ from host.gateway import CallResult, ErrorInfo, Host, ProgressHook
 from host.mcp.state import RequestStates
 from host.plan import CallRequest, InvocationPlan, Principal
 from host.registry import ToolDefinition
+from host.store.pending import PendingApprovalPort
 
 __all__ = ["APPROVAL_KEY", "META_KEY", "ServeOptions", "StockadeMCP"]
 
@@ -155,7 +156,11 @@ class StockadeMCP:
         self._idle = threading.Condition()
         self._limiter = anyio.CapacityLimiter(options.max_concurrency)
         self._states = RequestStates(ttl_s=options.approval_ttl_s)
-        self._queue = ApprovalQueue(options.state_dir, ttl_s=max(options.approval_ttl_s, 900.0))
+        self._queue: PendingApprovalPort = ApprovalQueue(
+            options.state_dir, ttl_s=max(options.approval_ttl_s, 900.0)
+        )
+        if self._slot.host.store.kind == "postgres":  # a shared store: the fleet's one queue
+            self._queue = self._slot.host.store.pending
         self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 subscriptions/listen streams
         self.server: Server[Any] = Server(

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from host.audit import AuditLog
 from host.canonical import parse_json
 from host.manifest import PackageManifest
 from host.mcpsource.pin import PinnedSource
@@ -21,6 +21,9 @@ from host.mcpsource.source import McpSource
 from host.registry import Binding
 from host.runtime import SandboxResult, SandboxUsage
 from host.secrets import SecretsStore
+
+if TYPE_CHECKING:
+    from host.store.port import AuditSink
 
 __all__ = ["invoke", "registry_items", "start_sources"]
 
@@ -36,7 +39,7 @@ def registry_items(
 
 
 def start_sources(
-    sources: Sequence[PinnedSource], *, state_dir: Path, secrets: SecretsStore | None, audit: AuditLog
+    sources: Sequence[PinnedSource], *, state_dir: Path, secrets: SecretsStore | None, audit: AuditSink
 ) -> dict[str, McpSource]:
     """Start every source and run its rug-pull check (never raises for a failing server)."""
     started: dict[str, McpSource] = {}

@@ -24,9 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
-from host.audit import AuditLog
 from host.canonical import canonical_json
 from host.errors import (
     CredentialUnavailable,
@@ -48,6 +47,9 @@ from host.mcpsource.pin import (
 from host.mcpsource.stdio import StdioConnection
 from host.redact import Redactor
 from host.secrets import SecretsStore, SecretValue
+
+if TYPE_CHECKING:
+    from host.store.port import AuditSink  # the store's audit chain (file log or database)
 
 __all__ = ["McpSource", "ToolDrift", "compare", "list_tools", "start_server"]
 
@@ -128,7 +130,7 @@ class McpSource:
         *,
         state_dir: Path,
         secrets: SecretsStore | None,
-        audit: AuditLog,
+        audit: AuditSink,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pinned = pinned
@@ -284,7 +286,7 @@ def _text(content: list[Any]) -> str:
     return "\n".join(str(text) for text in texts)
 
 
-def _append(audit: AuditLog, kind: str, payload: Mapping[str, Any]) -> None:
+def _append(audit: AuditSink, kind: str, payload: Mapping[str, Any]) -> None:
     try:
         audit.append(kind, payload)
     except StockadeError:  # the call path refuses on audit failure; a connect record is best effort

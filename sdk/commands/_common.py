@@ -9,7 +9,10 @@ Host-using commands (``tools``, ``call``) share one convention:
 - the secrets master key from ``STOCKADE_MASTER_KEY`` or ``<state-dir>/master.key``;
   with neither, the host runs without a secrets store (packages that need a secret
   fail their calls with CREDENTIAL_UNAVAILABLE);
-- ``--trusted-keys FILE`` and ``--require-signatures`` for lock verification.
+- ``--trusted-keys FILE`` and ``--require-signatures`` for lock verification;
+- ``--store`` (default ``$STOCKADE_STORE`` or ``local``): where the audit chain,
+  approvals, rate limits, session grants and lock generations live — ``local`` (files
+  under the state dir, one host process) or ``postgresql://…`` (shared by many hosts).
 
 Failures a command detects itself (not a :class:`~host.errors.StockadeError`) raise
 :class:`CommandFailed`; ``sdk.cli`` prints both the same way and exits 1.
@@ -54,9 +57,11 @@ __all__ = [
     "UsageFailed",
     "add_host_options",
     "add_state_dir",
+    "add_store_option",
     "cell",
     "open_host",
     "open_secrets",
+    "open_store_spec",
     "print_json",
     "safe_text",
     "state_dir",
@@ -113,8 +118,41 @@ def state_dir(args: argparse.Namespace) -> Path:
     return Path(chosen).expanduser()
 
 
+STORE_ENV: Final = "STOCKADE_STORE"
+
+
+def add_store_option(parser: argparse.ArgumentParser, *, local: bool = True) -> None:
+    """Add ``--store`` (default: ``$STOCKADE_STORE``, else ``local`` when allowed)."""
+    default = os.environ.get(STORE_ENV) or ("local" if local else None)
+    parser.add_argument(
+        "--store",
+        default=default,
+        metavar="local|postgresql://…",
+        help=(
+            f"the state store: {'local (default: files under the state dir) or ' if local else ''}"
+            f"a PostgreSQL DSN shared by many host processes (also ${STORE_ENV}); "
+            "its password is never printed"
+        ),
+    )
+
+
+def open_store_spec(spec: str) -> Any:
+    """Open the PostgreSQL store a ``--store`` value names.
+
+    Raises:
+        UsageFailed: the value is neither ``local`` nor ``postgresql://…``.
+        StoreUnavailable: the store cannot be opened.
+    """
+    from host.store import is_postgres_spec, open_postgres  # noqa: PLC0415 - keeps start-up light
+
+    if not is_postgres_spec(spec):
+        raise UsageFailed("STORE_INVALID", "--store must be 'local' or a postgresql:// DSN")
+    return open_postgres(spec)
+
+
 def add_host_options(parser: argparse.ArgumentParser) -> None:
     """Add the options every host-opening command shares (see the module docstring)."""
+    add_store_option(parser)
     parser.add_argument(
         "--lock", type=Path, default=DEFAULT_LOCK, help="the lock file to load (default: ./stockade.lock)"
     )
@@ -194,14 +232,17 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     secrets = open_secrets(root)
     policy = FilePolicyEngine(root / "policy.json")
     config = _host_config(args, root)
+    spec = getattr(args, "store", None) or "local"
+    shared = None if spec == "local" else open_store_spec(spec)
     with _compile_progress(enabled=progress) as callback:
+        if shared is None:
+            return Host.open(
+                args.lock, config=config, secrets=secrets, policy=policy,
+                audit=root / "audit.log", progress=callback,
+            )
         return Host.open(
-            args.lock,
-            config=config,
-            secrets=secrets,
-            policy=policy,
-            audit=root / "audit.log",
-            progress=callback,
+            args.lock, config=config, secrets=secrets, policy=policy,
+            store=shared, own_store=True, progress=callback,
         )
 
 

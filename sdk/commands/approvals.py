@@ -17,12 +17,23 @@ from __future__ import annotations
 import argparse
 import getpass
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.table import Table
 
 from host.approvals import ApprovalQueue, PendingApproval, asdict_entry
-from sdk.commands._common import EXIT_OK, add_state_dir, cell, print_json, state_dir, stdout_console
+from sdk.commands._common import (
+    EXIT_OK,
+    add_state_dir,
+    add_store_option,
+    cell,
+    open_store_spec,
+    print_json,
+    state_dir,
+    stdout_console,
+)
 
 
 def register(sub: Any) -> None:
@@ -36,6 +47,7 @@ def register(sub: Any) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     listing = verbs.add_parser("list", help="pending and decided approvals with their previews")
     add_state_dir(listing)
+    add_store_option(listing)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=_list)
     for verb, approve in (("approve", True), ("deny", False)):
@@ -44,12 +56,24 @@ def register(sub: Any) -> None:
         decide.add_argument("--project", default=None, help="the principal's project, if ambiguous")
         decide.add_argument("--subject", default=None, help="the principal's subject, if ambiguous")
         add_state_dir(decide)
+        add_store_option(decide)
         decide.add_argument("--json", action="store_true", help="print JSON")
         decide.set_defaults(func=_decide, approve=approve)
 
 
+@contextmanager
+def _queue(args: argparse.Namespace) -> Iterator[Any]:
+    """The state dir's queue, or the shared one of a PostgreSQL store (``--store``)."""
+    if args.store in (None, "local"):
+        yield ApprovalQueue(state_dir(args))
+        return
+    with open_store_spec(args.store) as store:
+        yield store.pending
+
+
 def _list(args: argparse.Namespace) -> int:
-    entries = ApprovalQueue(state_dir(args)).entries()
+    with _queue(args) as queue:
+        entries = queue.entries()
     if args.json:
         print_json([asdict_entry(e) for e in entries])
         return EXIT_OK
@@ -73,13 +97,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace) -> int:
-    entry: PendingApproval = ApprovalQueue(state_dir(args)).decide(
-        args.digest,
-        approve=args.approve,
-        by=f"cli:{getpass.getuser()}",
-        project=args.project,
-        subject=args.subject,
-    )
+    with _queue(args) as queue:
+        entry: PendingApproval = queue.decide(
+            args.digest,
+            approve=args.approve,
+            by=f"cli:{getpass.getuser()}",
+            project=args.project,
+            subject=args.subject,
+        )
     if args.json:
         print_json(asdict_entry(entry))
     else:

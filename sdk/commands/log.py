@@ -14,6 +14,12 @@ unkeyed chain is checked. Removing whole records from the end, back to an earlie
 checkpoint, leaves a valid shorter log: pass ``--expected-head HASH`` (an ``audit_id``
 you were given earlier) to detect that too.
 
+With ``--store postgresql://…`` (or ``STOCKADE_STORE``) instead of FILE, the chain is
+verified in place in the PostgreSQL state store (``--chain`` names it when the store holds
+several, e.g. ``project:p``), and its head row is checked too: records deleted from the
+end of the table are detected. ``stockade log export --store … > audit.jsonl`` writes a
+chain as an audit log file that ``stockade log verify audit.jsonl`` checks.
+
 Exit codes: 0 intact, 1 broken, unreadable, or (with ``--strict``) not every record
 signed; 2 usage error.
 """
@@ -29,7 +35,17 @@ from host._files import open_regular
 from host.audit import VerifyReport, verify
 from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
 from host.errors import AuditUnavailable
-from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, add_state_dir, print_json, state_dir
+from sdk.commands._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandFailed,
+    UsageFailed,
+    add_state_dir,
+    add_store_option,
+    open_store_spec,
+    print_json,
+    state_dir,
+)
 
 
 def _hash(text: str) -> str:
@@ -48,7 +64,12 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check.add_argument("file", type=Path, help="the audit log (JSON lines), e.g. ~/.stockade/audit.log")
+    check.add_argument(
+        "file", type=Path, nargs="?", default=None,
+        help="the audit log (JSON lines), e.g. ~/.stockade/audit.log (or use --store)",
+    )
+    add_store_option(check, local=False)
+    check.add_argument("--chain", default=None, metavar="NAME", help="the store's chain (e.g. project:p)")
     check.add_argument(
         "--expected-head",
         type=_hash,
@@ -72,12 +93,47 @@ def register(sub: Any) -> None:
     )
     check.add_argument("--json", action="store_true", help="print a JSON report")
     check.set_defaults(func=run_verify)
+    export = inner.add_parser(
+        "export",
+        help="write an audit chain of a PostgreSQL state store as an audit log file",
+        description=(
+            "Write one audit chain of the state store as JSON lines (stdout or --output), "
+            "exactly the format `stockade log verify FILE` checks."
+        ),
+    )
+    add_store_option(export, local=False)
+    export.add_argument("--chain", default=None, metavar="NAME", help="the chain (e.g. project:p)")
+    export.add_argument("--output", "-o", type=Path, default=None, metavar="FILE", help="default: stdout")
+    export.set_defaults(func=run_export)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    if not args.store:
+        raise UsageFailed("STORE_REQUIRED", "name the store: --store postgresql://… (or set STOCKADE_STORE)")
+    return open_store_spec(args.store)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Export one chain; 0 written, 1 store failure."""
+    from host.store.chain import export_chain, pick_chain  # noqa: PLC0415 - optional psycopg
+
+    with _store(args) as store:
+        chain = pick_chain(store, args.chain)
+        if args.output is None:
+            count = export_chain(store, chain, sys.stdout.buffer)
+            sys.stdout.flush()
+        else:
+            with open(args.output, "wb") as out:
+                count = export_chain(store, chain, out)
+    print(f"exported {count} records of chain {chain!r}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _key_files(args: argparse.Namespace) -> list[Path]:
     if args.key:
         return list(args.key)
-    for candidate in (args.file.parent / PUBLIC_KEY_FILE, state_dir(args) / PUBLIC_KEY_FILE):
+    near = [args.file.parent / PUBLIC_KEY_FILE] if args.file is not None else []
+    for candidate in (*near, state_dir(args) / PUBLIC_KEY_FILE):
         if candidate.is_file():
             return [candidate]
     return []
@@ -110,15 +166,24 @@ def run_verify(args: argparse.Namespace) -> int:
     # A FIFO, device or directory is refused before anything reads it (issue 9.8: a FIFO
     # used to block for ever), with the same non-blocking check as every other read.
     try:
-        with open_regular(args.file, None, what="audit log", error=AuditUnavailable):
-            pass
+        if args.file is not None:
+            with open_regular(args.file, None, what="audit log", error=AuditUnavailable):
+                pass
     except AuditUnavailable as exc:
         raise CommandFailed(
             "AUDIT_LOG_BROKEN", exc.message, hint="pass the audit log itself (a regular file)"
         ) from None
     files = _key_files(args)
     keys = load_public_keys(files) if files else None
-    report = verify(args.file, expected_head=args.expected_head, keys=keys)
+    if args.file is not None:
+        report = verify(args.file, expected_head=args.expected_head, keys=keys)
+    else:
+        from host.store.chain import pick_chain, verify_chain  # noqa: PLC0415 - optional psycopg
+
+        with _store(args) as store:
+            chain = pick_chain(store, args.chain)
+            report = verify_chain(store, chain, expected_head=args.expected_head, keys=keys)
+        args.file = f"chain {chain!r} of {store!r}"
     ok = report.ok
     if args.strict and ok and not (report.keys_checked and report.records and report.unsigned_tail == 0):
         ok = False

@@ -1,0 +1,166 @@
+"""Versioned schema of the PostgreSQL store (``stockade store migrate``, issue 11).
+
+:data:`MIGRATIONS` is an append-only list: migration *n* takes the schema from version
+*n - 1* to *n*, and a shipped migration is never edited (a fix is a new migration). The
+applied version is the one row of ``stockade_schema``.
+
+- :func:`migrate` applies every pending migration, each in its own transaction, under a
+  transaction-level advisory lock so two operators (or two hosts' start-up scripts) racing
+  to migrate apply each step once. It refuses a database whose schema is *newer* than this
+  Stockade knows (a rolled-back deploy must not write into a schema it does not understand).
+- :func:`check_version` is what :class:`~host.store.postgres.PostgresStore` runs when it
+  opens: anything but exactly :data:`SCHEMA_VERSION` fails closed (STORE_UNAVAILABLE) with
+  the command to run. Hosts never migrate on their own.
+
+Tables (version 1): ``audit_chains`` (one head row per chain: ``seq``, ``head``),
+``audit_records`` (``chain``, ``seq``, ``hash``, ``line`` — the exact canonical JSON line
+of :mod:`host.audit`), ``approvals`` (single-use, ``consumed_at``), ``rate_buckets``
+(sliding-window counters), ``session_grants``, ``lock_state`` (the accepted-lock state
+document per scope). Version 2: ``pending_approvals`` (the queue of actions waiting for
+a person, one row per action digest and principal).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from host.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_version", "migrate", "schema_version"]
+
+_LOCK_KEY: Final = 0x5370_6B61_6465  # advisory lock id for migrations ("Stockade")
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: the first schema.
+    """
+    CREATE TABLE audit_chains (
+        chain text PRIMARY KEY,
+        seq bigint NOT NULL CHECK (seq >= 0),
+        head text NOT NULL
+    );
+    CREATE TABLE audit_records (
+        chain text NOT NULL REFERENCES audit_chains (chain),
+        seq bigint NOT NULL CHECK (seq >= 1),
+        hash text NOT NULL,
+        line text NOT NULL,
+        PRIMARY KEY (chain, seq)
+    );
+    CREATE TABLE approvals (
+        nonce text PRIMARY KEY,
+        action_digest text NOT NULL,
+        project text NOT NULL,
+        subject text NOT NULL,
+        session text NOT NULL,
+        mac text NOT NULL,
+        issued_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz NOT NULL,
+        consumed_at timestamptz
+    );
+    CREATE INDEX approvals_expires_at ON approvals (expires_at);
+    CREATE TABLE rate_buckets (
+        key text NOT NULL,
+        win char(1) NOT NULL CHECK (win IN ('m', 'h')),
+        bucket bigint NOT NULL,
+        count integer NOT NULL CHECK (count > 0),
+        PRIMARY KEY (key, win, bucket)
+    );
+    CREATE TABLE session_grants (
+        project text NOT NULL,
+        subject text NOT NULL,
+        session text NOT NULL,
+        tool text NOT NULL,
+        granted_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (project, subject, session, tool)
+    );
+    CREATE INDEX session_grants_session ON session_grants (session);
+    CREATE TABLE lock_state (
+        scope text PRIMARY KEY,
+        generation bigint,
+        state text NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 2: the pending-approval queue (host.store.pending).
+    """
+    CREATE TABLE pending_approvals (
+        action_digest text NOT NULL,
+        project text NOT NULL,
+        subject text NOT NULL,
+        entry text NOT NULL,
+        status text NOT NULL CHECK (status IN ('pending', 'approved', 'denied')),
+        requested_at double precision NOT NULL,
+        expires_at double precision NOT NULL,
+        PRIMARY KEY (action_digest, project, subject)
+    );
+    """,
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+def schema_version(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """The applied schema version (0 for a database never migrated)."""
+    exists = conn.execute("SELECT to_regclass('stockade_schema') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = conn.execute("SELECT version FROM stockade_schema").fetchone()
+    return int(row[0]) if row else 0  # type: ignore[call-overload]  # an integer column
+
+
+def _refuse_newer(version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"the store's schema is version {version}, newer than this Stockade knows ({SCHEMA_VERSION})",
+            hint="Upgrade Stockade on this machine; never run an older Stockade against a newer store.",
+            schema_version=version,
+            supported_version=SCHEMA_VERSION,
+        )
+
+
+def check_version(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Fail closed unless the schema is exactly :data:`SCHEMA_VERSION`.
+
+    Raises:
+        StoreUnavailable: not migrated, behind, or newer than this Stockade.
+    """
+    version = schema_version(conn)
+    _refuse_newer(version)
+    if version < SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"the store's schema is version {version}; this Stockade needs {SCHEMA_VERSION}",
+            hint="Run `stockade store migrate --store <dsn>` once, then start the hosts.",
+            schema_version=version,
+            supported_version=SCHEMA_VERSION,
+        )
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[int, int]:
+    """Apply every pending migration (each in one transaction) and return (from, to).
+
+    ``conn`` must be in autocommit mode (each step opens its own transaction).
+
+    Raises:
+        StoreUnavailable: the schema is newer than this Stockade knows.
+        psycopg.Error: a statement failed (the failing step is rolled back).
+    """
+    start = -1
+    for step in range(1, SCHEMA_VERSION + 1):
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            conn.execute("CREATE TABLE IF NOT EXISTS stockade_schema (version integer NOT NULL)")
+            version = schema_version(conn)
+            if start < 0:
+                start = version
+            _refuse_newer(version)
+            if version >= step:
+                continue
+            conn.execute(MIGRATIONS[step - 1].encode())
+            if version == 0:
+                conn.execute("INSERT INTO stockade_schema (version) VALUES (%s)", (step,))
+            else:
+                conn.execute("UPDATE stockade_schema SET version = %s", (step,))
+    start = max(start, 0)
+    return start, max(start, SCHEMA_VERSION)

@@ -1,0 +1,467 @@
+"""The PostgreSQL backend: many host processes behave as one (issue 11, DESIGN §12).
+
+Install with ``pip install 'stockade[postgres]'`` (psycopg 3 + psycopg-pool); create or
+upgrade the schema with ``stockade store migrate --store postgresql://…`` before hosts
+start (:mod:`host.store.migrations`).
+
+How each promise holds across processes and machines:
+
+- **Audit** (:class:`PgAuditChain`): one chain per project by default (``chain_scope=
+  "project"``; records without a project go to the ``host`` chain), or one chain for
+  everything (``"single"``). An append is one transaction: ``SELECT … FOR UPDATE`` on the
+  chain's head row, insert the record with its predecessor's hash, update the head,
+  commit (PostgreSQL's commit is durable, like the ``full`` mode of the file log). Writers
+  of one chain queue on its head row, so the chain never forks; writers of different
+  projects never wait for each other. Records are the exact canonical JSON lines of
+  :mod:`host.audit`, so an export verifies with ``stockade log verify``.
+- **Approvals** (:class:`PgApprovals`): issuing inserts a row; redeeming is ``UPDATE …
+  SET consumed_at = now() WHERE … AND consumed_at IS NULL AND expires_at > now()
+  RETURNING`` in the same transaction as its ``approval.redeemed`` audit record, so
+  exactly one process wins and the win is on the chain.
+- **Rate limits** (:class:`PgRateLimits`): the sliding windows of :mod:`host.ratelimit`
+  (same buckets, same retry-after), read and counted in one transaction under a
+  per-key advisory lock, on the database's clock (one reference time for the fleet).
+  Their commits do not wait for the WAL flush (``synchronous_commit = off``): a server
+  crash may forget the last few milliseconds of counts, never an audit record.
+- **Session grants** (:class:`PgGrants`): rows; a clear is one ``DELETE`` seen by all.
+- **Lock generations** (:class:`PgLockGenerations`): one state row per scope, locked
+  ``FOR UPDATE``; the rules are :class:`host.lock.LockState`'s own (rollback, fork,
+  downgrade), applied to the row's document; an accept sends ``NOTIFY`` so other
+  processes learn of a newer generation (:meth:`PgLockGenerations.wait_newer`).
+- **Pending approvals** (:class:`~host.store.pending.PgPendingApprovals`): the queue of
+  :class:`host.approvals.ApprovalQueue` as rows, decided and redeemed once fleet-wide.
+
+Failures: the audit sink raises AUDIT_UNAVAILABLE, every other port STORE_UNAVAILABLE;
+retries follow :mod:`host.store._pg`. The DSN's password never appears in an error, a log
+line, ``repr`` or a record.
+
+Example::
+
+    store = PostgresStore("postgresql://stockade:…@db.internal/stockade")
+    with Host.open("stockade.lock", config=config, secrets=None, policy=policy, store=store) as host:
+        host.call(request)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets as _random
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal
+
+import psycopg
+
+from host.audit import GENESIS, MAX_RECORD_BYTES, RESERVED_FIELDS
+from host.canonical import canonical_json
+from host.errors import ApprovalInvalid, AuditUnavailable, StockadeError, StoreUnavailable
+from host.lock import LoadedLock, LockState
+from host.plan import Approval, InvocationPlan
+from host.store._pg import PROBE_INTERVAL_S, Conn, Database, committing
+from host.store.local import overrides_of
+from host.store.migrations import check_version
+from host.store.pending import PgPendingApprovals
+from host.store.pgcounters import PgGrants, PgRateLimits
+
+__all__ = [
+    "HOST_CHAIN",
+    "PgApprovals",
+    "PgAuditChain",
+    "PgGrants",
+    "PgLockGenerations",
+    "PgRateLimits",
+    "PostgresStore",
+    "chain_of",
+]
+
+HOST_CHAIN: Final = "host"  # the chain of records that belong to no project (lock.accepted)
+SINGLE_CHAIN: Final = "all"  # the one chain when chain_scope="single"
+NOTIFY_CHANNEL: Final = "stockade_lock_generation"
+_MAX_KIND_CHARS: Final = 128
+
+ChainScope = Literal["project", "single"]
+
+
+def chain_of(payload: Mapping[str, object], scope: ChainScope) -> str:
+    """The chain a record belongs to: ``project:<name>``, ``host`` or ``all``."""
+    if scope == "single":
+        return SINGLE_CHAIN
+    project = payload.get("project")
+    return f"project:{project}" if isinstance(project, str) and project else HOST_CHAIN
+
+
+def _check_record_args(kind: str, payload: Mapping[str, object]) -> None:
+    if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
+        raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
+    clash = RESERVED_FIELDS.intersection(payload)
+    if clash:
+        raise ValueError(f"payload keys {sorted(clash)} are reserved")
+
+
+def _encode(record: dict[str, Any]) -> tuple[str, str]:
+    """(hash, line without newline) of a record, exactly as :mod:`host.audit` writes it."""
+    try:
+        digest = hashlib.sha256(canonical_json(record)).hexdigest()
+        record["hash"] = digest
+        line = canonical_json(record)
+    except StockadeError as exc:
+        raise AuditUnavailable(f"the audit record is not canonical JSON: {exc.message}") from None
+    if len(line) + 1 > MAX_RECORD_BYTES:
+        raise AuditUnavailable(f"the audit record is {len(line) + 1} bytes, over {MAX_RECORD_BYTES}")
+    return digest, line.decode("utf-8")
+
+
+class PgAuditChain:
+    """The audit sink of a :class:`PostgresStore` (see the module docstring).
+
+    Args:
+        db: the store's connection pool.
+        scope: ``"project"`` (one chain per project) or ``"single"``.
+        clock: wall-clock seconds for the ``time`` field.
+    """
+
+    def __init__(self, db: Database, *, scope: ChainScope, clock: Any = time.time) -> None:
+        self._db = db
+        self.scope: ChainScope = scope
+        self._clock = clock
+        self._closed = False
+
+    def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
+        """Append one record to its chain in one transaction; return its hash.
+
+        Every append is durable when it returns (PostgreSQL's commit), so ``durable`` is
+        accepted for the :class:`~host.store.port.AuditSink` contract and changes nothing.
+
+        Raises:
+            AuditUnavailable: not committed (database down, record too large, closed).
+            ValueError: an empty kind or a reserved payload key.
+        """
+        _check_record_args(kind, payload)
+        if self._closed:
+            raise AuditUnavailable("the audit chain is closed")
+        chain = chain_of(payload, self.scope)
+
+        def op(conn: Conn) -> str:
+            with committing(conn):
+                return self.append_in(conn, chain, kind, payload)
+
+        return self._db.run(op, what="append to the audit chain", idempotent=False, error=AuditUnavailable)
+
+    def append_in(self, conn: Conn, chain: str, kind: str, payload: Mapping[str, object]) -> str:
+        """Append inside the caller's open transaction (the caller commits)."""
+        head = "SELECT seq, head FROM audit_chains WHERE chain = %s FOR UPDATE"
+        row = conn.execute(head, (chain,)).fetchone()
+        if row is None:  # the chain's first record: create its head row (racing writers wait here)
+            conn.execute(
+                "INSERT INTO audit_chains (chain, seq, head) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",
+                (chain, GENESIS),
+            )
+            row = conn.execute(head, (chain,)).fetchone()
+        if row is None:  # pragma: no cover - inserted just above
+            raise AuditUnavailable(f"audit chain {chain!r} has no head row")
+        seq = int(row[0]) + 1
+        record: dict[str, Any] = {
+            **payload, "seq": seq, "time": int(self._clock() * 1000), "prev": str(row[1]), "kind": kind
+        }
+        digest, line = _encode(record)
+        conn.execute(
+            "INSERT INTO audit_records (chain, seq, hash, line) VALUES (%s, %s, %s, %s)",
+            (chain, seq, digest, line),
+        )
+        conn.execute("UPDATE audit_chains SET seq = %s, head = %s WHERE chain = %s", (seq, digest, chain))
+        return digest
+
+    def close(self) -> None:
+        """Refuse further appends (the pool belongs to the store)."""
+        self._closed = True
+
+
+class PgApprovals:
+    """Single-use approvals in the ``approvals`` table (see the module docstring)."""
+
+    def __init__(self, db: Database, audit: PgAuditChain) -> None:
+        self._db = db
+        self._audit = audit
+        self._key = _random.token_bytes(32)
+
+    def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
+        """Record and return an approval of ``plan`` valid for ``ttl_s`` seconds.
+
+        Raises:
+            StoreUnavailable: the approval could not be recorded.
+        """
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be positive")
+        reference = time.time() if now is None else now
+        principal = plan.request.principal
+        fields: dict[str, Any] = {
+            "action_digest": plan.action_digest,
+            "project": principal.project,
+            "subject": principal.subject,
+            "session": plan.request.session,
+            "expires_at": reference + ttl_s,
+            "nonce": _random.token_hex(16),
+        }
+        mac = hmac.new(self._key, canonical_json(fields), hashlib.sha256).hexdigest()
+        approval = Approval(**fields, mac=mac)
+
+        def op(conn: Conn) -> None:
+            with committing(conn):
+                conn.execute(
+                    "INSERT INTO approvals (nonce, action_digest, project, subject, session, mac, "
+                    "expires_at) VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s))",
+                    (approval.nonce, approval.action_digest, approval.project, approval.subject,
+                     approval.session, approval.mac, approval.expires_at),
+                )
+                conn.execute("DELETE FROM approvals WHERE expires_at < now() - interval '1 day'")
+
+        self._db.run(op, what="record an approval", idempotent=False)
+        return approval
+
+    def redeem(self, plan: InvocationPlan, approval: Approval, *, now: float | None = None) -> None:
+        """Consume ``approval`` for ``plan`` once, fleet-wide, with its audit record.
+
+        Raises:
+            ApprovalInvalid: forged, for another action, principal or session, expired or
+                already used (one opaque error).
+            AuditUnavailable: the consumption and its record could not be committed
+                (then the approval was not consumed).
+        """
+        reference = time.time() if now is None else now
+        principal = plan.request.principal
+        ok = hmac.compare_digest(approval.action_digest, plan.action_digest)
+        ok &= (approval.project, approval.subject) == principal.key
+        ok &= approval.session == plan.request.session
+        ok &= approval.expires_at > reference
+        if not ok:
+            raise ApprovalInvalid("the approval is not valid for this action")
+        record = {
+            "action_digest": approval.action_digest,
+            "project": approval.project,
+            "subject": approval.subject,
+            "session": approval.session,
+            "nonce": approval.nonce,
+        }
+        chain = chain_of(record, self._audit.scope)
+
+        def op(conn: Conn) -> None:
+            with committing(conn):
+                won = conn.execute(
+                    "UPDATE approvals SET consumed_at = now() WHERE nonce = %s AND mac = %s "
+                    "AND action_digest = %s AND project = %s AND subject = %s AND session = %s "
+                    "AND consumed_at IS NULL AND expires_at > now() RETURNING nonce",
+                    (approval.nonce, approval.mac, approval.action_digest, approval.project,
+                     approval.subject, approval.session),
+                ).fetchone()
+                if won is None:
+                    raise ApprovalInvalid("the approval is not valid for this action")
+                self._audit.append_in(conn, chain, "approval.redeemed", record)
+
+        self._db.run(op, what="redeem an approval", idempotent=False, error=AuditUnavailable)
+
+
+class PgLockGenerations:
+    """The accepted lock state of a scope as one row (see the module docstring).
+
+    The row holds the same document as ``lock-state.json``. :meth:`accept` locks the row,
+    materializes the document in a private temp dir and lets :class:`host.lock.LockState`
+    judge the offered lock there — the file backend's rules, unchanged, are the only
+    rules — then writes the result back in the same transaction.
+    """
+
+    def __init__(self, db: Database, dsn: str, *, scope: str) -> None:
+        self._db = db
+        self._dsn = dsn
+        self.scope = scope
+
+    def accept(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
+        """Accept a verified lock for every process of the scope; return what was overridden.
+
+        Raises:
+            LockRollback: older generation, fork or downgrade; the row is unchanged.
+            LockInvalid: the stored state is corrupt.
+            StoreUnavailable: the row could not be read or written.
+        """
+
+        def op(conn: Conn) -> tuple[str, ...]:
+            with committing(conn):
+                conn.execute(
+                    "INSERT INTO lock_state (scope, generation, state) VALUES (%s, NULL, '') "
+                    "ON CONFLICT DO NOTHING",
+                    (self.scope,),
+                )
+                row = conn.execute(
+                    "SELECT state FROM lock_state WHERE scope = %s FOR UPDATE", (self.scope,)
+                ).fetchone()
+                before = str(row[0]) if row else ""
+                result, after = _judge_in_private_dir(before, lock, unsafe=unsafe_accept_rollback)
+                if after != before:
+                    generation = json.loads(after)["generation"]
+                    conn.execute(
+                        "UPDATE lock_state SET state = %s, generation = %s, updated_at = now() "
+                        "WHERE scope = %s",
+                        (after, generation, self.scope),
+                    )
+                    conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"{self.scope}:{generation}"))
+                return result
+
+        return self._db.run(op, what="accept a lock generation", idempotent=False)
+
+    def current_generation(self) -> int | None:
+        """The highest generation accepted in this scope (polling; None before the first).
+
+        Raises:
+            StoreUnavailable: the row could not be read.
+        """
+
+        def op(conn: Conn) -> int | None:
+            row = conn.execute("SELECT generation FROM lock_state WHERE scope = %s", (self.scope,)).fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return self._db.run(op, what="read the accepted lock generation", idempotent=True)
+
+    def wait_newer(self, than: int | None, *, timeout_s: float) -> int | None:
+        """Block until a generation newer than ``than`` is accepted anywhere (LISTEN/NOTIFY).
+
+        Returns:
+            The newer generation, or None when ``timeout_s`` passed without one.
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        deadline = time.monotonic() + timeout_s
+        try:
+            wait = max(1, round(timeout_s))
+            with psycopg.connect(self._dsn, autocommit=True, connect_timeout=wait) as conn:
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}".encode())
+                while True:
+                    current = self.current_generation()
+                    if current is not None and (than is None or current > than):
+                        return current
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    for _ in conn.notifies(timeout=left, stop_after=1):
+                        break
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot listen for lock generations: {self._db.describe(exc)}") from None
+
+
+def _judge_in_private_dir(state: str, lock: LoadedLock, *, unsafe: bool) -> tuple[tuple[str, ...], str]:
+    """Run :meth:`LockState.accept` on ``state`` in a private temp dir; return
+    (overridden findings, the new state document)."""
+    with tempfile.TemporaryDirectory(prefix="stockade-lockstate-") as tmp:
+        judge = LockState(Path(tmp))
+        if state:
+            judge.path.write_text(state, encoding="utf-8")
+        result = overrides_of(judge, lock, unsafe_accept_rollback=unsafe)
+        return result, judge.path.read_text(encoding="utf-8")
+
+
+class PostgresStore:
+    """The PostgreSQL backend (see the module docstring).
+
+    Args:
+        dsn: a libpq URL (``postgresql://user:password@host/db``) or key=value string.
+        chain_scope: ``"project"`` (default: one audit chain per project) or ``"single"``.
+        lock_scope: the name of the fleet whose lock generations move together.
+        pool_size: most connections this process opens.
+        timeout_s: seconds to wait for a connection before failing closed.
+        probe_interval_s: while the server is unreachable, seconds between reconnection
+            probes; calls in between fail at once (0: every call probes).
+
+    Raises:
+        StoreUnavailable: malformed DSN, unreachable server, or a schema that is not
+            exactly this Stockade's (run ``stockade store migrate``).
+    """
+
+    kind: Final = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        chain_scope: ChainScope = "project",
+        lock_scope: str = "default",
+        pool_size: int = 8,
+        timeout_s: float = 5.0,
+        probe_interval_s: float = PROBE_INTERVAL_S,
+    ) -> None:
+        if chain_scope not in ("project", "single"):
+            raise ValueError(f"chain_scope must be 'project' or 'single', not {chain_scope!r}")
+        self._db = Database(dsn, pool_size=pool_size, timeout_s=timeout_s, probe_interval_s=probe_interval_s)
+        try:
+            self._db.run(check_version, what="read the schema version", idempotent=True)
+        except BaseException:
+            self._db.close()
+            raise
+        self.audit = PgAuditChain(self._db, scope=chain_scope)
+        self.approvals = PgApprovals(self._db, self.audit)
+        self.rate_limits = PgRateLimits(self._db)
+        self.grants = PgGrants(self._db)
+        self.locks = PgLockGenerations(self._db, dsn, scope=lock_scope)
+        self.pending = PgPendingApprovals(self._db)
+
+    @property
+    def database(self) -> Database:
+        """The connection pool (for export and verification)."""
+        return self._db
+
+    def chains(self) -> list[tuple[str, int, str]]:
+        """Every chain as (name, seq, head).
+
+        Raises:
+            StoreUnavailable: the database could not be read.
+        """
+
+        def op(conn: Conn) -> list[tuple[str, int, str]]:
+            rows = conn.execute("SELECT chain, seq, head FROM audit_chains ORDER BY chain").fetchall()
+            return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
+
+        return self._db.run(op, what="list audit chains", idempotent=True)
+
+    def lines(self, chain: str, *, batch: int = 1000) -> Iterator[str]:
+        """The records of ``chain`` in order, each its exact canonical JSON line.
+
+        Raises:
+            StoreUnavailable: the database could not be read.
+        """
+        after = 0
+        while True:
+            def op(conn: Conn, after: int = after) -> list[tuple[int, str]]:
+                return [
+                    (int(r[0]), str(r[1]))
+                    for r in conn.execute(
+                        "SELECT seq, line FROM audit_records WHERE chain = %s AND seq > %s "
+                        "ORDER BY seq LIMIT %s",
+                        (chain, after, batch),
+                    )
+                ]
+
+            rows = self._db.run(op, what="read the audit chain", idempotent=True)
+            if not rows:
+                return
+            for seq, line in rows:
+                yield line
+                after = seq
+
+    def close(self) -> None:
+        """Close the pool. Idempotent."""
+        self.audit.close()
+        self._db.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._db.display!r})"
