@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from host.egress.urls import (
-    DenyReason,
     MAX_URL_CHARS,
+    DenyReason,
     HostPattern,
     NormalizedUrl,
     make_host_pattern,
