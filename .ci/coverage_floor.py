@@ -37,8 +37,11 @@ def main(path: str) -> int:
         branch_pct = 100.0 * taken / branches if branches else 0.0
         low = line_pct < line_floor or branch_pct < branch_floor
         failed |= low
-        print(f"{package + '/':8} {line_pct:6.2f}% {lines:>4}/{statements:<4} {branch_pct:6.2f}% {taken:>4}/{branches:<4}"
-              f"   {line_floor:.0f}% / {branch_floor:.0f}%{'   BELOW FLOOR' if low else ''}")
+        print(
+            f"{package + '/':8} {line_pct:6.2f}% {lines:>4}/{statements:<4} "
+            f"{branch_pct:6.2f}% {taken:>4}/{branches:<4}   "
+            f"{line_floor:.0f}% / {branch_floor:.0f}%{'   BELOW FLOOR' if low else ''}"
+        )
     return 1 if failed else 0
 
 

@@ -100,23 +100,28 @@ class _EchoEgress:
 
 
 class _SwitchingCache:
-    """Wraps wasmtime-py's ``case_test_cache`` and yields the GIL inside ``_lower``'s
-    clear/add/iterate window, so a cache shared between threads is caught at once (under
-    the GIL alone the race is too narrow to observe, see host.runtime._compat)."""
+    """Wraps wasmtime-py's ``case_test_cache`` and makes the calling thread give up the GIL
+    inside ``_lower``'s clear/add/iterate window, so a cache shared between threads is
+    caught at once (under the GIL alone the race is too narrow to observe, see
+    host.runtime._compat). The pause forces a thread switch; nothing waits on it.
+    ``time.sleep(0)`` is not enough: on Python 3.10 the releasing thread takes the GIL
+    straight back."""
+
+    PAUSE_S = 0.0001
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
     def clear(self) -> None:
         self.inner.clear()
-        time.sleep(0)  # a thread switch, not a wait
+        time.sleep(self.PAUSE_S)
 
     def add(self, item: type) -> None:
         self.inner.add(item)
-        time.sleep(0)
+        time.sleep(self.PAUSE_S)
 
     def __iter__(self) -> Iterator[type]:
-        time.sleep(0)
+        time.sleep(self.PAUSE_S)
         return iter(list(self.inner))
 
     def __len__(self) -> int:
