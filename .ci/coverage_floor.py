@@ -12,8 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-# package: (lines %, branches %)
-FLOORS = {"host": (95.0, 90.0), "sdk": (85.0, 75.0)}
+# package: (lines %, branches %). Measured 2026-12-01 (issue 16, full suite, CLI
+# subprocesses included): host/ 96.3 % lines, 91.9 % branches; sdk/ 93.6 %, 81.3 %.
+FLOORS = {"host": (95.0, 89.0), "sdk": (91.0, 78.0)}
 
 
 def totals(files: dict[str, dict[str, dict[str, int]]], package: str) -> tuple[int, int, int, int]:
