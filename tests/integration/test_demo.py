@@ -96,9 +96,10 @@ def test_demo_approved_write_has_a_durable_intent_before_its_outcome(demo: DemoR
 @pytest.mark.slow
 def test_demo_hostile_plugin_contained_per_audit(demo: DemoRun) -> None:
     (redirect,) = demo.outcomes("hostile.fetch-asset")
-    assert _error_code(redirect) == "TOOL_FAILED"
+    assert _error_code(redirect) == "EGRESS_DENIED"
     assert "redirect refused: host evil.example is not in the allowlist" in redirect["error"]["message"]
     (auth,) = demo.outcomes("hostile.send-auth")
+    assert _error_code(auth) == "EGRESS_DENIED"
     assert "header 'Authorization' looks like a credential" in auth["error"]["message"]
     (steal,) = demo.outcomes("hostile.steal-secret")
     assert [h["outcome"] for h in steal["http"]] == ["denied:host_not_allowed"]
