@@ -53,9 +53,10 @@ class Ceilings:
 DEFAULT_CEILINGS = Ceilings()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HostConfig:
-    """Configuration of one Host.
+    """Configuration of one Host. Keyword arguments only (``HostConfig(state_dir=...)``):
+    most fields are flags whose meaning a position would hide.
 
     Args:
         state_dir: where the host keeps accepted lock state, the artifact cache and its

@@ -55,7 +55,7 @@ from host.errors import (
 )
 from host.policy.engine import Decision, Effect, Fence, PolicyEngine, check_fences
 from host.policy.grants import final_decision
-from host.policy.toolpolicy import ToolPolicyStore
+from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
 
@@ -305,11 +305,6 @@ def required_permissions(tool: ToolDefinition) -> list[str]:
 @functools.lru_cache(maxsize=64)
 def _enum_value(value: object) -> str:
     return str(getattr(value, "value", value))
-
-
-def service_of(tool_name: str) -> str:
-    """The service of a tool is its package prefix: ``tracker`` for ``tracker.list-issues``."""
-    return tool_name.split(".", 1)[0]
 
 
 def _decide(engine: PolicyEngine, principal: Principal, permissions: list[str]) -> Iterator[object]:

@@ -149,12 +149,6 @@ class AllowRule:
     path_prefix: str
     methods: frozenset[str]
 
-    def admits(self, method: str, url: NormalizedUrl) -> bool:
-        """Whether this entry alone admits ``method`` on ``url``."""
-        return (
-            self.pattern.matches(url) and path_matches(self.path_prefix, url.path) and method in self.methods
-        )
-
 
 def _deny(reason: DenyReason, message: str, *, address: str | None = None) -> EgressDenied:
     if address is None:

@@ -12,8 +12,15 @@ reports), pins the cases and the tagged flag of the result and of ``tool-error``
 those objects, and :meth:`CallType.bind` makes a ``Func`` answer ``type()`` with it. The
 objects are only read afterwards, so every thread may share them.
 
-If a future wasmtime-py stops calling ``self.type`` or these helpers, the pinned values
-are simply unused: the call stays correct, only slower (``bench_sandbox.py`` shows it).
+This relies on private wasmtime-py methods (``_cases`` and ``_tagged`` of variant-like
+types; ``Func.type`` being looked up on the instance), so every use is guarded: a type
+without those methods is left unpinned and a ``Func`` whose ``type`` cannot be shadowed
+is returned as it is. Without the guards, a wasmtime-py that renamed those methods would
+break every component load (an AttributeError while building the type), not only slow
+calls down. If a future wasmtime-py stops calling ``self.type`` or these helpers, the
+pinned values are simply unused: the call stays correct, only slower (``bench_sandbox.py``
+shows it). pyproject.toml pins wasmtime ``>=50,<51``; ``tests/unit/host/runtime/
+test_calltype.py`` checks the cached type is what a call uses.
 """
 
 from __future__ import annotations
@@ -39,23 +46,36 @@ class CallType:
     def __init__(self, functype: wc.FuncType) -> None:
         self.params: list[tuple[str, Any]] = functype.params
         result: Any = functype.result
-        _pin_variant_like(result)
-        for _name, case_type in result._cases():
-            if isinstance(case_type, wc.VariantType):
-                _pin_variant_like(case_type)
+        if _pin_variant_like(result):
+            for _name, case_type in result._cases():
+                if isinstance(case_type, wc.VariantType):
+                    _pin_variant_like(case_type)
         self.result = result
 
     def bind(self, func: wc.Func) -> wc.Func:
-        """Make ``func`` use this type instead of querying wasmtime on each call."""
-        setattr(func, "type", self._type)  # noqa: B010  # shadows Func.type on this instance only
+        """Make ``func`` use this type instead of querying wasmtime on each call.
+
+        A ``Func`` that does not allow it (no ``type`` method, or no instance attributes)
+        is returned unchanged: it then queries its type itself, as wasmtime-py does.
+        """
+        if not callable(getattr(type(func), "type", None)):
+            return func
+        try:
+            setattr(func, "type", self._type)  # noqa: B010  # shadows Func.type on this instance only
+        except AttributeError:
+            return func
         return func
 
     def _type(self, _store: object) -> CallType:
         return self
 
 
-def _pin_variant_like(ty: Any) -> None:
+def _pin_variant_like(ty: Any) -> bool:
+    """Pin the cases and the tagged flag of ``ty``; False (nothing done) if it has neither."""
+    if not (callable(getattr(ty, "_cases", None)) and callable(getattr(ty, "_tagged", None))):
+        return False
     cases = list(ty._cases())
     tagged = ty._tagged()
     ty._cases = lambda: cases
     ty._tagged = lambda: tagged
+    return True

@@ -1,7 +1,7 @@
 """README.md's commands, run as written (issue 6: every command shown is exercised).
 
-- the test command is the one ``.ci/run`` extracts and runs (checked here by extracting
-  it the same way);
+- the test command is the one ``.ci/run`` extracts and runs (checked by asking
+  ``.ci/run --print-test-command``);
 - the demo command ends in ``stockade demo``, which ``tests/integration/test_demo.py``
   runs with ``--ci``;
 - the author and reviewer quickstarts run line by line, in order, in a scratch directory,
@@ -31,20 +31,16 @@ def block(marker: str) -> list[str]:
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
+    # .ci/run's own extraction (its --print-test-command stops right after it), so a change
+    # to the awk program or to the README marker that breaks CI fails here.
     (line,) = block("test-command")
     extracted = subprocess.run(
-        [
-            "awk",
-            r"/<!-- test-command/{found=1; next} found && /^```sh/{grab=1; next} grab && /^```/{exit} grab{print}",
-            "README.md",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert extracted == line
+        ["bash", ".ci/run", "--print-test-command"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert extracted == line + "\n"
     assert "pip install -e '.[dev]'" in line and line.endswith("python -m pytest -n auto --dist loadscope")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'bash -c "set -euo pipefail; $cmd"' in ci  # what it extracts is what it runs
 
 
 def test_demo_command_installs_then_runs_the_demo() -> None:

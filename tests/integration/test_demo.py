@@ -2,15 +2,19 @@
 
 The demo builds the tracker and hostile plugins (cached in ``.stockade-cache/demo``),
 starts a loopback HTTPS fake API and runs the scripted session; it exits 0 only if every
-step behaved as expected. These tests also check what a viewer must never see: the demo
-secret, in the output or anywhere at rest in the workspace.
+step behaved as expected. These tests do not take the demo's word for it: they check the
+audit log the host wrote, rerun ``stockade diff`` on its locks, and check what a viewer
+must never see: the demo secret, in the output or anywhere at rest in the workspace.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,61 +32,118 @@ def run_demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[st
     )
 
 
+@dataclass(frozen=True)
+class DemoRun:
+    output: str
+    workdir: Path
+
+    def records(self) -> list[dict[str, Any]]:
+        """The audit log the host wrote, read as plain JSON lines (not through the demo)."""
+        lines = (self.workdir / "state" / "audit.log").read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines]
+
+    def outcomes(self, tool: str) -> list[dict[str, Any]]:
+        return [r for r in self.records() if r["kind"] == "call.outcome" and r["tool"] == tool]
+
+
 @pytest.fixture(scope="module")
-def demo_output() -> str:
-    proc = run_demo()
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    workdir = tmp_path_factory.mktemp("demo") / "ws"
+    proc = run_demo("--workdir", str(workdir))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
-    return output
+    return DemoRun(output, workdir)
+
+
+def _error_code(record: dict[str, Any]) -> str | None:
+    return (record.get("error") or {}).get("code")
+
+
+# The demo prints its own verdict per step; these tests check the evidence the host left
+# behind instead: its audit log (read as JSON, its chain verified by `stockade log
+# verify`), the fake API's acceptance of the injected token (status 200: it answers 401
+# without it), and `stockade diff` run again on the demo's two locks.
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "needle",
-    [
-        "Bearer ****" + DEMO_TOKEN[-4:],   # the server received the injected token
-        "INPUT_INVALID",                    # invalid input refused
-        "APPROVAL_REQUIRED",                # the write waited for a person
-        "APPROVAL_INVALID",                 # and its approval could not be replayed
-        "redirect refused: host evil.example is not in the allowlist",
-        "header 'Authorization' looks like a credential",
-        "secret_available('tracker_token')",
-        "ESCALATES",                        # stockade diff flagged the upgrade
-        "stockade diff (exit 3)",
-        "chain intact",                     # the audit log verified
-        "unsafe_allow_loopback",            # the test-only setting is announced
-        "all 13 steps behaved as expected",
-    ],
-    ids=["token-injected-on-the-wire", "input-invalid", "approval-required", "approval-replay",
-         "redirect-to-forbidden-host", "guest-authorization-header", "secret-read-attempt",
-         "diff-escalation", "diff-exit-3", "audit-chain", "unsafe-setting-announced", "summary"],
-)
-def test_demo_shows_every_step_contained(demo_output: str, needle: str) -> None:
-    assert needle in demo_output
+def test_demo_host_injected_the_token_the_api_requires(demo: DemoRun) -> None:
+    (first, *_, last) = demo.outcomes("tracker.list-issues")
+    for record in (first, last):
+        assert record["ok"] is True
+        assert [(h["host"], h["method"], h["status"]) for h in record["http"]] == [
+            ("api.tracker.example", "GET", 200)
+        ]
 
 
 @pytest.mark.slow
-def test_demo_endless_loop_stopped_by_fuel_or_deadline(demo_output: str) -> None:
-    assert "SANDBOX_FUEL_EXHAUSTED" in demo_output or "SANDBOX_TIMEOUT" in demo_output
+def test_demo_refusals_are_audited_with_their_codes(demo: DemoRun) -> None:
+    create = [_error_code(r) for r in demo.outcomes("tracker.create-issue")]
+    assert create == ["INPUT_INVALID", "APPROVAL_REQUIRED", None, "APPROVAL_INVALID"]
+    assert [r["ok"] for r in demo.outcomes("tracker.create-issue")] == [False, False, True, False]
+    assert _error_code(demo.outcomes("tracker.list-issues")[1]) == "INPUT_INVALID"
 
 
 @pytest.mark.slow
-def test_demo_memory_flood_contained(demo_output: str) -> None:
-    assert "SANDBOX_MEMORY" in demo_output
-    assert "(the host still serves) → ok" in demo_output
+def test_demo_approved_write_has_a_durable_intent_before_its_outcome(demo: DemoRun) -> None:
+    records = demo.records()
+    intents = [r for r in records if r["kind"] == "call.intent"]
+    assert [(r["tool"], r["effect"]) for r in intents] == [("tracker.create-issue", "write")]
+    (done,) = [r for r in demo.outcomes("tracker.create-issue") if r["ok"]]
+    assert intents[0]["seq"] < done["seq"] and intents[0]["action_digest"] == done["action_digest"]
+    assert [(h["method"], h["status"]) for h in done["http"]] == [("POST", 201)]
 
 
 @pytest.mark.slow
-def test_demo_output_never_contains_the_secret(demo_output: str) -> None:
-    assert DEMO_TOKEN not in demo_output
-    assert DEMO_TOKEN[:-4] not in demo_output  # not even the part the mask hides
+def test_demo_hostile_plugin_contained_per_audit(demo: DemoRun) -> None:
+    (redirect,) = demo.outcomes("hostile.fetch-asset")
+    assert _error_code(redirect) == "EGRESS_DENIED"
+    assert "redirect refused: host evil.example is not in the allowlist" in redirect["error"]["message"]
+    (auth,) = demo.outcomes("hostile.send-auth")
+    assert _error_code(auth) == "EGRESS_DENIED"
+    assert "header 'Authorization' looks like a credential" in auth["error"]["message"]
+    (steal,) = demo.outcomes("hostile.steal-secret")
+    assert [h["outcome"] for h in steal["http"]] == ["denied:host_not_allowed"]
+    assert all(h["bytes_sent"] == 0 and h["status"] is None for h in steal["http"])
+    (spin,) = demo.outcomes("hostile.spin")
+    assert _error_code(spin) in ("SANDBOX_FUEL_EXHAUSTED", "SANDBOX_TIMEOUT")
+    (flood,) = demo.outcomes("hostile.flood")
+    assert _error_code(flood) == "SANDBOX_MEMORY"
+    # The host still served the call after the flood: the last record is a successful read.
+    calls = [r for r in demo.records() if r["kind"] == "call.outcome"]
+    assert calls[-1]["tool"] == "tracker.list-issues" and calls[-1]["ok"] is True
 
 
 @pytest.mark.slow
-def test_demo_workspace_holds_no_plaintext_secret_and_its_log_verifies(tmp_path: Path) -> None:
-    workdir = tmp_path / "ws"
-    proc = run_demo("--workdir", str(workdir))
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+def test_demo_lock_acceptance_records_the_unsafe_loopback_setting(demo: DemoRun) -> None:
+    (accepted,) = [r for r in demo.records() if r["kind"] == "lock.accepted"]
+    assert accepted["unsafe_allow_loopback"] is True
+    assert accepted["unsafe_accept_rollback"] is False
+    assert "unsafe_allow_loopback" in demo.output  # and the operator was told
+
+
+@pytest.mark.slow
+def test_demo_lock_upgrade_flagged_by_an_independent_diff(demo: DemoRun) -> None:
+    ws = demo.workdir
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk.cli", "diff", str(ws / "stockade.lock"), str(ws / "stockade.lock.next"),
+         "--trusted-keys", str(ws / "trusted-keys.json")],
+        cwd=REPO, capture_output=True, text=True, timeout=120, env=cli_env(), check=False,
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "ESCALATES" in proc.stdout
+
+
+@pytest.mark.slow
+def test_demo_summary_and_no_secret_in_output(demo: DemoRun) -> None:
+    assert "all 13 steps behaved as expected" in demo.output
+    assert "Bearer ****" + DEMO_TOKEN[-4:] in demo.output  # shown masked
+    assert DEMO_TOKEN not in demo.output
+    assert DEMO_TOKEN[:-4] not in demo.output  # not even the part the mask hides
+
+
+@pytest.mark.slow
+def test_demo_workspace_holds_no_plaintext_secret_and_its_log_verifies(demo: DemoRun) -> None:
+    workdir = demo.workdir
     files = [p for p in workdir.rglob("*") if p.is_file() and not p.is_symlink()
              and "artifacts" not in p.relative_to(workdir).parts]
     assert workdir / "state" / "secrets.json" in files and workdir / "state" / "audit.log" in files
@@ -93,6 +154,7 @@ def test_demo_workspace_holds_no_plaintext_secret_and_its_log_verifies(tmp_path:
         cwd=REPO, capture_output=True, text=True, timeout=120, env=cli_env(), check=False,
     )
     assert verified.returncode == 0 and "chain intact" in verified.stdout
+    assert len(demo.records()) >= 15
 
 
 def test_demo_refuses_non_empty_workdir(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import host.plan as plan_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
 from host.canonical import digest_json
-from host.errors import AuditUnavailable
+from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied
 from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Effect, Fence
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
@@ -178,7 +178,7 @@ def test_deny_stops_before_input_is_parsed(fx: HostFixture) -> None:
         seen.append(args)
         raise AssertionError("the validator ran before policy denied")
 
-    with pytest.raises(Exception) as info:
+    with pytest.raises(PolicyDenied) as info:
         plan_module.prepare(
             fx.request(input={"message": 12345, "extra": True}),
             registry=fx.host.registry,
@@ -188,7 +188,7 @@ def test_deny_stops_before_input_is_parsed(fx: HostFixture) -> None:
             max_input_bytes=65536,
             validate_input=spy,
         )
-    assert getattr(info.value, "code", None) == "POLICY_DENIED"
+    assert info.value.code == "POLICY_DENIED"
     assert seen == []
     result = fx.host.call(fx.request(input={"message": 12345}))
     assert result.error is not None and result.error.code == "POLICY_DENIED"
@@ -618,7 +618,7 @@ def test_lock_with_unexpected_module_refused_before_registry(tmp_path: Path) -> 
     bundle = write_bundle(tmp_path / "bundles" / "echo", manifest, module)
     lock = write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])
     (bundle / "module.wasm").write_bytes(module + b"\x00")
-    with pytest.raises(Exception) as info:
+    with pytest.raises(DigestMismatch) as info:
         Host.open(
             lock,
             config=HostConfig(state_dir=tmp_path / "state"),
@@ -626,5 +626,6 @@ def test_lock_with_unexpected_module_refused_before_registry(tmp_path: Path) -> 
             policy=_Engine([]),
             audit=tmp_path / "audit.log",
         )
-    assert getattr(info.value, "code", None) == "DIGEST_MISMATCH"
+    assert info.value.code == "DIGEST_MISMATCH"
+    assert info.value.details["file"] == "module.wasm"
     assert not (tmp_path / "state" / "lock-state.json").exists()

@@ -209,10 +209,27 @@ def test_symlinked_bundle_outside_lock_dir_refused(tmp_path: Path, repo: Path) -
     assert "outside" in error.message
 
 
-def test_lock_entry_naming_another_package_refused(tmp_path: Path, repo: Path) -> None:
+def test_lock_entry_naming_another_package_refused(
+    tmp_path: Path, repo: Path, keypair: tuple[bytes, bytes], keys: TrustedKeys
+) -> None:
+    # The entry names package "billing" and is validly signed for it, but its bundle is
+    # the tracker's: the lock must not serve tracker's tools under billing's name.
+    bundle = write_bundle(repo / "bundles" / "tracker", make_manifest())
+    forged = lock_entry(repo, bundle, name="billing")
+    forged["signature"], forged["key_id"] = sign_package(
+        keypair[0], "billing", forged["version"], forged["manifest_sha256"], forged["module_sha256"]
+    )
+    lock = write_lock(repo / "stockade.lock", [forged])
+    error = refuse_and_keep_state(tmp_path, lock, LockInvalid, "LOCK_INVALID", {}, keys=keys)
+    assert error.message == "lock entry billing@1.2.0 points at a bundle of tracker@1.2.0"
+    assert error.details["package"] == "billing"
+
+
+def test_lock_entry_naming_another_version_refused(tmp_path: Path, repo: Path) -> None:
     bundle = write_bundle(repo / "bundles" / "tracker", make_manifest())
     lock = write_lock(repo / "stockade.lock", [lock_entry(repo, bundle, version="1.2.1")])
-    refuse_and_keep_state(tmp_path, lock, LockInvalid, "LOCK_INVALID", {}, keys=None)
+    error = refuse_and_keep_state(tmp_path, lock, LockInvalid, "LOCK_INVALID", {}, keys=None)
+    assert error.message == "lock entry tracker@1.2.1 points at a bundle of tracker@1.2.0"
 
 
 def test_manifest_pinning_another_module_refused(tmp_path: Path, repo: Path) -> None:

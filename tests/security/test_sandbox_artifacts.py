@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from wasmtime import component as wc
 
 from host.config import HostConfig
 from host.runtime import Runtime
@@ -158,7 +159,8 @@ def test_new_wasmtime_version_or_engine_config_is_a_new_key(
     assert cache.key(ECHO_SHA) != current.key(ECHO_SHA)
     assert cache.load(ECHO_SHA) is None  # a miss, not a reject: nothing exists under that key
     assert cache.stats(0).rejected == 0
-    assert current.load(ECHO_SHA) is not None
+    assert isinstance(current.load(ECHO_SHA), wc.Component)  # the artifact _warm stored
+    assert current.stats(0).rejected == 0
 
 
 def test_unusable_artifact_dir_still_runs(tmp_path: Path) -> None:

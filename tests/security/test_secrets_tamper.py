@@ -178,7 +178,8 @@ def test_wrong_master_key_refused_by_every_operation_and_file_untouched(tmp_path
         with pytest.raises(SecretsUnavailable, match=OPAQUE):
             op()
     assert wrong.path.read_bytes() == before
-    assert SecretsStore(wrong.path, key).get("proj", "alice", "tracker_token") is not None
+    value = SecretsStore(wrong.path, key).get("proj", "alice", "tracker_token")
+    assert value is not None and value.reveal() == VALUE
 
 
 # -- corrupt or unknown files: never an empty store, never overwritten ------------------------
@@ -320,8 +321,13 @@ def test_weak_master_key_refused(tmp_path: Path, material: bytes) -> None:
         MasterKey.from_bytes(material)
 
 
-def test_eight_distinct_values_and_32_bytes_is_enough() -> None:
-    MasterKey.from_bytes(bytes(range(8)) * 4)
+def test_eight_distinct_values_and_32_bytes_is_enough(tmp_path: Path) -> None:
+    # The boundary of the strength check: accepted, and usable as a key for a real store.
+    key = MasterKey.from_bytes(bytes(range(8)) * 4)
+    store = make_store(tmp_path, key)
+    store.set("proj", "alice", "tracker_token", VALUE)
+    value = SecretsStore(store.path, MasterKey.from_bytes(bytes(range(8)) * 4)).get("proj", "alice", "tracker_token")
+    assert value is not None and value.reveal() == VALUE
 
 
 @pytest.mark.parametrize(

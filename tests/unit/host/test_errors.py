@@ -62,12 +62,41 @@ def test_every_exported_error_is_in_the_tree() -> None:
         assert issubclass(getattr(errors, name), StockadeError)
 
 
-def test_docstring_tree_matches_classes() -> None:
+def _docstring_tree(doc: str) -> dict[str, tuple[str | None, str | None]]:
+    """``{class name: (parent name, code)}`` as drawn in the tree of ``doc``."""
+    lines = doc[doc.index("Tree (") :].split("::\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    tree: dict[str, tuple[str | None, str | None]] = {}
+    stack: list[str] = []  # stack[d] = the last class drawn at depth d
+    for line in lines:
+        body = line.lstrip(" │├└─")
+        prefix = line[: len(line) - len(body)]
+        assert (len(prefix) - 4) % 4 == 0, f"misaligned tree line: {line!r}"
+        depth = (len(prefix) - 4) // 4
+        name, *rest = body.split()
+        code = rest[0] if rest else None
+        assert depth <= len(stack), f"{name} is drawn below no parent"
+        del stack[depth:]
+        tree[name] = (stack[-1] if stack else None, code)
+        stack.append(name)
+    return tree
+
+
+def test_docstring_tree_matches_class_hierarchy() -> None:
+    drawn = _docstring_tree(errors.__doc__ or "")
+    actual = {
+        cls.__name__: (None if cls is StockadeError else cls.__bases__[0].__name__,
+                       None if cls is StockadeError else cls.code)
+        for cls in all_error_classes()
+    }
+    assert drawn == actual
+
+
+def test_docstring_tree_parser_sees_a_misplaced_class() -> None:
+    # The check above must be able to fail: move EgressUnreachable up one level in a copy.
     doc = errors.__doc__ or ""
-    for name, code in PINNED_CODES.items():
-        if name == "StockadeError":
-            continue
-        assert f"{name}" in doc and code in doc, name
+    moved = doc.replace("│   └── EgressUnreachable    ", "├── EgressUnreachable        ")
+    assert moved != doc
+    assert _docstring_tree(moved)["EgressUnreachable"] == ("StockadeError", "EGRESS_UNREACHABLE")
 
 
 @pytest.mark.parametrize("cls", all_error_classes(), ids=lambda c: c.__name__)

@@ -263,7 +263,9 @@ def test_credential_host_admitted_by_second_allow_entry() -> None:
         {"scheme": "https", "host": "upload.tracker.example", "port": 8443, "path_prefix": "/", "methods": ["PUT"]}
     )
     manifest["http"]["credentials"][0]["hosts"] = ["upload.tracker.example:8443"]
-    PackageManifest.from_json(manifest_bytes(manifest))
+    parsed = PackageManifest.from_json(manifest_bytes(manifest))
+    assert parsed.http.credentials[0].hosts == ("upload.tracker.example:8443",)
+    assert [entry.host for entry in parsed.http.allow][-1] == "upload.tracker.example"
 
 
 def test_manifest_is_frozen() -> None:

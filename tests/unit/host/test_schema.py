@@ -11,6 +11,7 @@ none.
 from __future__ import annotations
 
 import copy
+import json
 from types import MappingProxyType
 from typing import Any
 
@@ -503,8 +504,11 @@ def test_unique_items_compares_canonical_forms(items: dict[str, Any], value: lis
     ids=["array-order-matters", "booleans", "case-and-space"],
 )
 def test_unique_items_distinct_values_accepted(items: dict[str, Any], value: list[Any]) -> None:
-    canonicalize(_wrap({**UNIQUE, "items": items}), {"x": value})
-    canonicalize(_wrap({**UNIQUE, "uniqueItems": False, "items": items}), {"x": value + value[:1]})
+    assert json.loads(canonicalize(_wrap({**UNIQUE, "items": items}), {"x": value})) == {"x": value}
+    repeated = value + value[:1]
+    assert json.loads(canonicalize(_wrap({**UNIQUE, "uniqueItems": False, "items": items}), {"x": repeated})) == {
+        "x": repeated
+    }
 
 
 # --- canonicalize: objects ------------------------------------------------------------

@@ -30,6 +30,13 @@ VALUE = "tok-Zq9#x7!Lm2"
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
 
+def _revealed(store: SecretsStore, name: str) -> str:
+    """The plaintext of ``proj``/``alice``/``name``, failing the test when it is absent."""
+    value = store.get("proj", "alice", name)
+    assert value is not None, f"secret {name!r} missing"
+    return value.reveal()
+
+
 # -- round trips ------------------------------------------------------------------------------
 
 
@@ -104,7 +111,7 @@ def test_delete_removes_only_that_secret(tmp_path: Path) -> None:
     store.set("proj", "alice", "two", "value-two-2")
     assert store.delete("proj", "alice", "one") is True
     assert store.get("proj", "alice", "one") is None
-    assert store.get("proj", "alice", "two") is not None
+    assert _revealed(store, "two") == "value-two-2"
     before = store.path.read_bytes()
     assert store.delete("proj", "alice", "one") is False
     assert store.path.read_bytes() == before
@@ -178,7 +185,7 @@ def test_invalid_secret_name_refused(tmp_path: Path, name: str) -> None:
 def test_name_of_64_characters_accepted(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     store.set("proj", "alice", "a" * 64, VALUE)
-    assert store.get("proj", "alice", "a" * 64) is not None
+    assert _revealed(store, "a" * 64) == VALUE
 
 
 @pytest.mark.parametrize(
@@ -306,9 +313,14 @@ def test_master_key_from_env_variable() -> None:
     assert repr(key) == "MasterKey('********')"
 
 
-def test_master_key_defaults_to_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STOCKADE_MASTER_KEY", key_text())
-    MasterKey.load()
+def test_master_key_defaults_to_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    material = os.urandom(32)
+    monkeypatch.setenv("STOCKADE_MASTER_KEY", key_text(material))
+    store = SecretsStore(tmp_path / "s.json", MasterKey.load())
+    store.set("proj", "alice", "tok", VALUE)
+    # The same material given explicitly opens what the process-environment key wrote.
+    explicit = MasterKey.load(env={"STOCKADE_MASTER_KEY": key_text(material)})
+    assert _revealed(SecretsStore(tmp_path / "s.json", explicit), "tok") == VALUE
 
 
 def test_master_key_env_wins_over_key_file(tmp_path: Path) -> None:
@@ -326,7 +338,7 @@ def test_master_key_from_file_with_mode_0600_and_0400(tmp_path: Path) -> None:
     store = SecretsStore(tmp_path / "s.json", key)
     store.set("proj", "alice", "tok", VALUE)
     again = MasterKey.load(env={}, key_file=write_key_file(tmp_path / "k2", material, mode=0o400))
-    assert SecretsStore(tmp_path / "s.json", again).get("proj", "alice", "tok") is not None
+    assert _revealed(SecretsStore(tmp_path / "s.json", again), "tok") == VALUE
 
 
 def test_master_key_is_not_picklable() -> None:
@@ -340,7 +352,7 @@ def test_generate_key_file_writes_a_0600_key_that_loads(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     SecretsStore(tmp_path / "s.json", key).set("proj", "alice", "tok", VALUE)
     loaded = MasterKey.load(env={}, key_file=path)
-    assert SecretsStore(tmp_path / "s.json", loaded).get("proj", "alice", "tok") is not None
+    assert _revealed(SecretsStore(tmp_path / "s.json", loaded), "tok") == VALUE
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 

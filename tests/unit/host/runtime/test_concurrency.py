@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from wasmtime.component import _types as wasmtime_component_types
 
 from host.config import HostConfig
 from host.egress.port import HttpFailure, HttpRequest, HttpResponse
-from host.errors import SandboxFuelExhausted
+from host.errors import SandboxFuelExhausted, SandboxTrap
 from host.runtime import Runtime, SandboxLimits
 from host.runtime._compat import _ThreadLocalSet
 from tests.support import wat
@@ -97,7 +99,39 @@ class _EchoEgress:
         return HttpResponse(200, (("x", "y"),), request.url.encode())
 
 
-def test_concurrent_http_results_lowered_correctly(rt: Runtime, busy_switching: None) -> None:
+class _SwitchingCache:
+    """Wraps wasmtime-py's ``case_test_cache`` and makes the calling thread give up the GIL
+    inside ``_lower``'s clear/add/iterate window, so a cache shared between threads is
+    caught at once (under the GIL alone the race is too narrow to observe, see
+    host.runtime._compat). The pause forces a thread switch; nothing waits on it.
+    ``time.sleep(0)`` is not enough: on Python 3.10 the releasing thread takes the GIL
+    straight back."""
+
+    PAUSE_S = 0.0001
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def clear(self) -> None:
+        self.inner.clear()
+        time.sleep(self.PAUSE_S)
+
+    def add(self, item: type) -> None:
+        self.inner.add(item)
+        time.sleep(self.PAUSE_S)
+
+    def __iter__(self) -> Iterator[type]:
+        time.sleep(self.PAUSE_S)
+        return iter(list(self.inner))
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.inner
+
+
+def _lower_http_results_from_threads(rt: Runtime) -> list[BaseException]:
     loaded = rt.load(wat.http_component(), sha256=wat.sha256(wat.http_component()))
 
     def worker(k: int) -> None:
@@ -107,23 +141,57 @@ def test_concurrent_http_results_lowered_correctly(rt: Runtime, busy_switching: 
                             egress=_EchoEgress(), secret_available=lambda n: False)
             assert result.output == (f"err:0:{url}" if url.endswith("0") else f"ok:200:{url}")
 
-    assert _hammer(worker) == []
+    return _hammer(worker)
+
+
+def test_concurrent_http_results_lowered_correctly(rt: Runtime, busy_switching: None) -> None:
+    assert _lower_http_results_from_threads(rt) == []
+
+
+def test_concurrent_http_results_lowered_correctly_with_a_widened_race_window(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The repaired (per-thread) cache, with thread switches forced inside _lower's window.
+    cache = wasmtime_component_types.case_test_cache
+    monkeypatch.setattr(wasmtime_component_types, "case_test_cache", _SwitchingCache(cache))
+    assert _lower_http_results_from_threads(rt) == []
+
+
+def test_widened_race_window_catches_a_cache_shared_between_threads(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The control for the test above: without host.runtime._compat's repair (a plain,
+    # module-global set, as wasmtime-py 50 ships it), the same calls fail.
+    monkeypatch.setattr(wasmtime_component_types, "case_test_cache", _SwitchingCache(set()))
+    errors = _lower_http_results_from_threads(rt)
+    assert errors, "the shared cache went unnoticed: this stress test cannot detect the race"
+    assert all(isinstance(e, (ValueError, AssertionError, SandboxTrap)) for e in errors), errors
+
+
+def _check_per_thread(cache: Any) -> list[BaseException]:
+    """Every thread clears ``cache``, then (after all cleared) adds its own class, then
+    (after all added) reads it back: a shared set holds both classes for every reader."""
+    cleared, filled = threading.Barrier(THREADS), threading.Barrier(THREADS)
+
+    def fill(k: int) -> None:
+        cache.clear()
+        cleared.wait(timeout=30)
+        cache.add(int if k % 2 else str)
+        filled.wait(timeout=30)
+        assert set(cache) == ({int} if k % 2 else {str}), f"thread {k} saw {set(cache)}"
+
+    return _hammer(fill)
 
 
 def test_wasmtime_variant_lowering_cache_is_per_thread() -> None:
     # The repair of host.runtime._compat is installed (see its docstring for the race).
     assert isinstance(wasmtime_component_types.case_test_cache, _ThreadLocalSet)
-    seen: dict[int, set[type]] = {}
-    cache = wasmtime_component_types.case_test_cache
+    assert _check_per_thread(wasmtime_component_types.case_test_cache) == []
 
-    def fill(k: int) -> None:
-        cache.clear()
-        cache.add(int if k % 2 else str)
-        threading.Event().wait(0.01)
-        seen[k] = set(cache)
 
-    _hammer(fill)
-    assert all(classes == ({int} if k % 2 else {str}) for k, classes in seen.items())
+def test_per_thread_check_fails_for_a_shared_set() -> None:
+    errors = _check_per_thread(set())
+    assert len(errors) == THREADS and all(isinstance(e, AssertionError) for e in errors)
 
 
 def test_runaway_call_does_not_block_others(rt: Runtime) -> None:
