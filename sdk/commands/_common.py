@@ -32,15 +32,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:  # imported where used: start-up time (issue 13, item 9)
+    from rich.console import Console
 
-from host import FilePolicyEngine, Host, HostConfig, MasterKey, SecretsStore
-from host.runtime import ProgressEvent
-from host.secrets import MASTER_KEY_ENV
+    from host import Host, HostConfig, SecretsStore
+    from host.runtime import ProgressEvent
 
 __all__ = [
     "DEFAULT_LOCK",
@@ -154,6 +152,8 @@ def open_secrets(root: Path) -> SecretsStore | None:
         The store, or ``None`` when neither ``STOCKADE_MASTER_KEY`` nor
         ``<root>/master.key`` exists.
     """
+    from host.secrets import MASTER_KEY_ENV, MasterKey, SecretsStore
+
     key_file = root / "master.key"
     if MASTER_KEY_ENV not in os.environ and not os.path.lexists(key_file):
         return None
@@ -162,6 +162,8 @@ def open_secrets(root: Path) -> SecretsStore | None:
 
 
 def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
+    from host.config import HostConfig
+
     return HostConfig(
         state_dir=root,
         require_signatures=bool(args.require_signatures),
@@ -186,6 +188,9 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     Returns:
         The open host; close it (``with``).
     """
+    from host.gateway import Host
+    from host.policy.engine import FilePolicyEngine
+
     root = state_dir(args)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     secrets = open_secrets(root)
@@ -208,6 +213,8 @@ def _compile_progress(*, enabled: bool) -> Iterator[Callable[[ProgressEvent], No
     if not enabled or not console.is_terminal:
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("loading components", total=None)
@@ -221,11 +228,15 @@ def _compile_progress(*, enabled: bool) -> Iterator[Callable[[ProgressEvent], No
 
 def stdout_console() -> Console:
     """A rich console on stdout (tables for people)."""
+    from rich.console import Console
+
     return Console()
 
 
 def stderr_console() -> Console:
     """A rich console on stderr (progress, prompts, warnings)."""
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -244,6 +255,8 @@ def safe_text(value: object) -> str:
 
 def cell(value: object) -> str:
     """:func:`safe_text`, with rich markup escaped: for table cells and rich prints."""
+    from rich.markup import escape
+
     return escape(safe_text(value))
 
 
