@@ -43,7 +43,8 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ArtifactInvalid           ARTIFACT_INVALID        an OCI artifact is not a Stockade bundle artifact
     ├── McpUnavailable            MCP_UNAVAILABLE         an MCP server crashed, broke JSON-RPC, cannot start
     │   └── McpTimeout            MCP_TIMEOUT             an MCP server did not answer within the call timeout
-    └── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
+    ├── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
+    └── ConfigInvalid             CONFIG_INVALID          the host config file is missing or invalid
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
 ``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
@@ -71,6 +72,7 @@ __all__ = [
     "Busy",
     "CallCancelled",
     "ComponentRefused",
+    "ConfigInvalid",
     "CredentialUnavailable",
     "DigestMismatch",
     "EgressDenied",
@@ -441,6 +443,16 @@ class McpToolChanged(StockadeError):
 
     code = "MCP_TOOL_CHANGED"
     default_hint = "Review the change (`stockade diff`) and re-pin with `stockade lock add-mcp`."
+
+
+class ConfigInvalid(StockadeError):
+    """The operator's host config file (``stockade.host.toml``) is missing or invalid.
+
+    ``details["problems"]`` lists every problem (``{"loc": "host.lock", "msg": "..."}``).
+    """
+
+    code = "CONFIG_INVALID"
+    default_hint = "Fix the file named in the message, or write a new one with `stockade init`."
 
 
 def all_error_classes() -> tuple[type[StockadeError], ...]:

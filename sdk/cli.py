@@ -40,6 +40,8 @@ from sdk.commands._common import (
     EXIT_USAGE,
     CommandFailed,
     UsageFailed,
+    apply_host_file,
+    localize_hint,
     safe_text,
 )
 
@@ -176,8 +178,11 @@ def _report(args: argparse.Namespace, code: str, message: str, hint: str, payloa
     if getattr(args, "debug", False):
         traceback.print_exc()
     if getattr(args, "json", False):
+        if payload.get("hint"):
+            payload = {**payload, "hint": localize_hint(str(payload["hint"]), args)}
         print(json.dumps({"ok": False, "error": payload}, default=str))
         return
+    hint = localize_hint(hint, args)
     print(f"error: {code}: {safe_text(message)}", file=sys.stderr)
     if hint:
         print(f"  what to do: {safe_text(hint)}", file=sys.stderr)
@@ -238,6 +243,7 @@ def _print_version(*, as_json: bool) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        apply_host_file(args)
         return int(args.func(args))
     except StockadeError as exc:
         _report(args, exc.code, exc.message, exc.hint, exc.to_dict())

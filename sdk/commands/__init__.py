@@ -32,6 +32,8 @@ class Command(NamedTuple):
 
 
 COMMANDS: tuple[Command, ...] = (
+    # set-up
+    Command("init", "write a host config, policy file and secrets key; print the next commands"),
     # package authors
     Command("new", "start a plugin project (Python or JavaScript) with a passing test"),
     Command("build", "build a plugin project into a bundle"),

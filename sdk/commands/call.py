@@ -32,6 +32,7 @@ from sdk.commands._common import (
     EXIT_OK,
     add_host_options,
     cell,
+    localize_hint,
     open_host,
     print_json,
     safe_text,
@@ -146,7 +147,7 @@ def _ask() -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _result_dict(result: CallResult) -> dict[str, Any]:
+def _result_dict(result: CallResult, args: argparse.Namespace) -> dict[str, Any]:
     error = result.error
     return {
         "ok": result.ok,
@@ -156,7 +157,7 @@ def _result_dict(result: CallResult) -> dict[str, Any]:
         else {
             "code": error.code,
             "message": error.message,
-            "hint": error.hint,
+            "hint": localize_hint(error.hint, args),
             "details": dict(error.details),
         },
         "audit_id": result.audit_id,
@@ -168,11 +169,11 @@ def _result_dict(result: CallResult) -> dict[str, Any]:
 
 def _print_result(result: CallResult, args: argparse.Namespace) -> int:
     if args.json:
-        print_json(_result_dict(result))
+        print_json(_result_dict(result, args))
     elif result.ok:
         print_json(result.output)
     elif result.error is not None:
-        hint = result.error.hint
+        hint = localize_hint(result.error.hint, args)
         if result.error.code == "APPROVAL_REQUIRED":
             hint = "run it in a terminal to approve interactively, or pass --approve (scripts)"
         print(f"error: {result.error.code}: {safe_text(result.error.message)}", file=sys.stderr)

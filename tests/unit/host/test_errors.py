@@ -45,6 +45,7 @@ PINNED_CODES = {
     "McpUnavailable": "MCP_UNAVAILABLE",
     "McpTimeout": "MCP_TIMEOUT",
     "McpToolChanged": "MCP_TOOL_CHANGED",
+    "ConfigInvalid": "CONFIG_INVALID",
 }
 
 
