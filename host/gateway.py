@@ -810,7 +810,11 @@ def _envelope_summary(request: object) -> dict[str, Any]:
             "version": request.version,
         }
     if isinstance(request, Mapping):
-        return {k: v[:256] for k in ("session", "tool", "version") if isinstance(v := request.get(k), str)}
+        summary = {k: v[:256] for k in ("session", "tool", "version") if isinstance(v := request.get(k), str)}
+        principal = request.get("principal")
+        if isinstance(principal, Mapping):  # who asked, even when the envelope was refused
+            summary |= {k: v[:256] for k in ("project", "subject") if isinstance(v := principal.get(k), str)}
+        return summary
     return {}
 
 

@@ -120,6 +120,16 @@ def split_globals(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
     return rest, found
 
 
+def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """Split ``A -- B`` into ``(A, B)``: everything after the first ``--`` goes verbatim to
+    commands that pass arguments on (``stockade test -- -k name``; they set a
+    ``passthrough`` default); ``None`` when there is no ``--``."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
 def _parser(command: str | None) -> _Parser:
     parser = _Parser(
         prog="stockade",
@@ -216,9 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         rest, found = split_globals(arguments)
         if found["version"]:
             return _print_version(as_json=found["json"])
+        rest, passthrough = _split_passthrough(rest)
         command = rest[0] if rest and not rest[0].startswith("-") else None
         parser = _parser(command if command and find(command) else None)
         args = parser.parse_args(rest)
+        if passthrough is not None:
+            if not hasattr(args, "passthrough"):
+                parser.error(f"`stockade {args.command}` takes no arguments after --")
+            args.passthrough = passthrough
     except _UsageError as exc:
         return _usage_error(exc, as_json=as_json)
     except SystemExit as exc:  # --help exits 0

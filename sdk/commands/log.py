@@ -21,6 +21,7 @@ signed; 2 usage error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,11 @@ from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
 from host.errors import AuditUnavailable
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, add_state_dir, print_json, state_dir
 
+_OVERVIEW = """The audit log: `log show` prints it for people (one line per record, newest last:
+time, principal, tool, effect, outcome, code, duration, HTTP hosts; --follow, --since,
+--tool, --principal, --last, --json); `log verify FILE` checks its hash chain and
+signed checkpoints. See `stockade log ACTION --help`."""
+
 
 def _hash(text: str) -> str:
     if len(text) != 64 or any(ch not in "0123456789abcdef" for ch in text):
@@ -40,8 +46,16 @@ def _hash(text: str) -> str:
 
 def register(sub: Any) -> None:
     """Add the ``log`` subcommand."""
-    parser = sub.add_parser("log", help="audit log tools", description="Audit log tools.")
+    parser = sub.add_parser(
+        "log",
+        help="the audit log: show, verify",
+        description=_OVERVIEW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     inner = parser.add_subparsers(dest="log_command", metavar="ACTION", required=True)
+    from sdk.commands._logshow import register_show
+
+    register_show(inner)
     check = inner.add_parser(
         "verify",
         help="verify the hash chain and signed checkpoints of an audit log",
@@ -107,6 +121,13 @@ def _signing_summary(report: VerifyReport, files: list[Path]) -> str:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the chain and checkpoints; 0 intact, 1 broken."""
+    if not os.path.lexists(args.file):
+        raise CommandFailed(
+            "AUDIT_LOG_NOT_FOUND",
+            f"{args.file} not found",
+            hint="check the path: the host writes the audit log the host config names, "
+            "by default <state-dir>/audit.log (`stockade log show` finds it)",
+        )
     # A FIFO, device or directory is refused before anything reads it (issue 9.8: a FIFO
     # used to block for ever), with the same non-blocking check as every other read.
     try:

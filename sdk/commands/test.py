@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS", help="arguments passed to pytest"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, passthrough=[])  # sdk.cli puts everything after `--` here
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("pytest") is None:
         raise CommandFailed("PYTEST_MISSING", "pytest is not installed", hint="pip install pytest")
     _prepare(project)
-    extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
+    extra = list(args.passthrough) or [a for a in (args.pytest_args or []) if a != "--"]
     argv = [sys.executable, "-m", "pytest", str(tests.resolve()), *extra]
     stderr_console().print(f"running {cell(' '.join(argv[1:]))}")
     status = subprocess.run(argv, cwd=project, check=False).returncode
