@@ -188,6 +188,22 @@ class Preview:
             "action_digest": self.action_digest,
         }
 
+    def lines(self) -> list[str]:
+        """The preview for a person, one field per line, every value whole: the action
+        digest is never shortened (a person may compare it with an audit record)."""
+        return [
+            f"tool            {self.tool}@{self.version}",
+            f"package         {self.package}@{self.package_version}, lock generation {self.generation}",
+            f"effect / risk   {self.effect} / {self.risk}",
+            f"permissions     {', '.join(self.permissions) or '-'}",
+            f"may reach       {', '.join(self.hosts) or '(no network)'}",
+            f"secrets         {', '.join(self.secrets) or '-'}",
+            f"action digest   {self.action_digest}",
+        ]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
 
 @dataclass(frozen=True, slots=True)
 class InvocationPlan:
