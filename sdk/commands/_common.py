@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "EXIT_ESCALATION",
     "EXIT_FAILED",
+    "EXIT_NOT_SUCCESSOR",
     "EXIT_OK",
     "EXIT_USAGE",
     "CommandFailed",
@@ -75,6 +76,7 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ESCALATION: Final = 3
+EXIT_NOT_SUCCESSOR: Final = 4  # `stockade diff`: the new lock does not directly follow the old one
 
 DEFAULT_STATE_DIR: Final = Path("~/.stockade")
 DEFAULT_LOCK: Final = Path("stockade.lock")
