@@ -4,7 +4,14 @@ To add a command ``frob``: write ``sdk/commands/frob.py`` with ``register(sub)``
 its parser with ``sub.add_parser("frob", ...)`` and sets ``func(args) -> int``), then add
 one :class:`Command` line below. ``sdk.cli`` imports only the module of the command being
 run (start-up time: issue 13, item 9), so a command module may import heavy libraries
-(wasmtime, httpx, rich) at its top; this package must not.
+(wasmtime, httpx, rich) at its top; this package must not. Modules that are not commands
+(shared helpers) start with ``_``; ``tests/cli/test_cli_basics.py`` checks that every
+other module here is listed.
+
+A command that passes arguments on (``stockade test -- -k name``) sets a
+``passthrough`` default; ``sdk.cli`` puts everything after ``--`` there. Host commands
+get their ``--lock``/``--state-dir``/``--trusted-keys``/``--require-signatures`` filled
+from the host config file before they run (``sdk.commands._common.apply_host_file``).
 """
 
 from __future__ import annotations

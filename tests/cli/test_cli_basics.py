@@ -148,3 +148,13 @@ def test_completion_of_unknown_shell_is_a_usage_error(tmp_path: Path) -> None:
 def test_json_output_of_help_free_commands_is_one_document(tmp_path: Path) -> None:
     proc = run_cli("--json", "--version", cwd=tmp_path)
     assert json.loads(proc.stdout)["stockade"]
+
+
+@pytest.mark.slow
+def test_test_passes_arguments_after_double_dash_to_pytest(tmp_path: Path) -> None:
+    env = cli_env(XDG_CACHE_HOME=str(REPO / ".stockade-cache"))  # the shared build cache
+    assert run_cli("new", "rt-python", cwd=tmp_path, env=env).returncode == 0
+    project = tmp_path / "rt-python"
+    proc = run_cli("test", "--", "-k", "greet", "-q", cwd=project, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "deselected" in proc.stdout and " -k greet -q" in proc.stderr  # the command shown
