@@ -9,6 +9,7 @@ One place for what every host command would otherwise repeat (issue 13, item 1; 
     state_dir = ".stockade"                  # accepted lock state, policy.json, secrets, audit.log
     lock = "stockade.lock"
     trusted_keys = "trusted-keys.json"       # stockade.keys/1
+    trusted_operator_keys = "operator-keys.json"  # optional: the whole lock must be signed by one
     require_signatures = true
     store = "local"                          # state-store backend: "local" or a postgresql:// URL
     audit = ".stockade/audit.log"            # default: <state_dir>/audit.log
@@ -64,7 +65,7 @@ FILE_NAME: Final = "stockade.host.toml"
 CONFIG_ENV: Final = "STOCKADE_CONFIG"
 MAX_FILE_BYTES: Final = 64 * 1024  # bytes; a larger config file is refused
 
-_PATHS: Final = ("state_dir", "lock", "trusted_keys", "audit", "admin_policy_dir")
+_PATHS: Final = ("state_dir", "lock", "trusted_keys", "trusted_operator_keys", "audit", "admin_policy_dir")
 _STORE_SCHEMES: Final = ("postgresql://", "postgres://")
 
 
@@ -74,7 +75,9 @@ class HostFile:
 
     Args:
         path: the file it was read from.
-        state_dir, lock, trusted_keys, audit, admin_policy_dir: absolute paths.
+        state_dir, lock, trusted_keys, trusted_operator_keys, audit, admin_policy_dir:
+            absolute paths (``trusted_operator_keys``: keys one of which must sign the
+            whole lock, for commands that support operator-signed locks).
         require_signatures: refuse unsigned packages.
         store: the state-store backend (``"local"`` or a PostgreSQL URL).
     """
@@ -83,6 +86,7 @@ class HostFile:
     state_dir: Path | None = None
     lock: Path | None = None
     trusted_keys: Path | None = None
+    trusted_operator_keys: Path | None = None
     require_signatures: bool | None = None
     store: str | None = None
     audit: Path | None = None

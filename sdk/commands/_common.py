@@ -122,7 +122,7 @@ def state_dir(args: argparse.Namespace) -> Path:
     return Path(chosen).expanduser()
 
 
-_HOST_OPTIONS: Final = ("lock", "state_dir", "trusted_keys", "require_signatures")
+_HOST_OPTIONS: Final = ("lock", "state_dir", "trusted_keys", "trusted_operator_keys", "require_signatures")
 
 
 def apply_host_file(args: argparse.Namespace) -> None:
