@@ -18,6 +18,7 @@ Exit codes: 0 ok, 1 refused (the config file exists, a file cannot be written), 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 from pathlib import Path
@@ -139,8 +140,32 @@ def _make_state(state: Path) -> list[str]:
     return done
 
 
-def _locked_tools(lock: Path, trusted_keys: Path | None) -> list[tuple[str, str, list[str]]]:
-    """(tool, version, required secrets) of every locked tool; empty if the lock cannot be read."""
+def sample_input(schema: Any) -> Any:
+    """A value the bounded schema accepts (for the printed ``stockade call`` line)."""
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {name: sample_input(properties.get(name)) for name in schema.get("required", [])}
+    if kind == "string":
+        low, high = int(schema.get("minLength", 0)), int(schema.get("maxLength", 7))
+        return "example"[:high] if low <= min(7, high) else "x" * low
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "array":
+        return [sample_input(schema.get("items"))] * int(schema.get("minItems", 0))
+    return False if kind == "boolean" else None
+
+
+Locked = tuple[str, str, list[str], Any]
+
+
+def _locked_tools(lock: Path, trusted_keys: Path | None) -> list[Locked]:
+    """(tool, version, required secrets, sample input) of every locked tool; empty if the
+    lock cannot be read."""
     from host.errors import StockadeError
 
     if not lock.exists():
@@ -149,17 +174,18 @@ def _locked_tools(lock: Path, trusted_keys: Path | None) -> list[tuple[str, str,
         loaded = verified_lock(lock, trusted_keys=trusted_keys, require_signatures=False)
     except StockadeError:
         return []
-    found: list[tuple[str, str, list[str]]] = []
+    found: list[Locked] = []
     for package in loaded.packages:
         http = package.manifest.http
         secrets = sorted({c.secret for c in http.credentials if not c.optional}) if http else []
-        found.extend((tool.name, tool.version, secrets) for tool in package.manifest.tools)
+        found.extend(
+            (tool.name, tool.version, secrets, sample_input(tool.input_schema))
+            for tool in package.manifest.tools
+        )
     return found
 
 
-def _next_commands(
-    args: argparse.Namespace, tools: list[tuple[str, str, list[str]]], lock: Path | None
-) -> list[str]:
+def _next_commands(args: argparse.Namespace, tools: list[Locked], lock: Path | None) -> list[str]:
     project, subject = shlex.quote(args.project), shlex.quote(args.subject)
     if not tools:
         where = lock or "stockade.lock"
@@ -169,13 +195,14 @@ def _next_commands(
         ]
     steps = ["stockade lock verify"]
     secrets: set[str] = set()
-    for name, version, needed in tools:
+    for name, version, needed, _ in tools:
         steps.append(f"stockade policy grant-tool {project} {subject} {name}@{version} --role agent")
         secrets.update(needed)
     steps.extend(
         f"stockade secrets set {secret} --project {project} --subject {subject}   # value from stdin"
         for secret in sorted(secrets)
     )
-    name, version, _ = tools[0]
-    steps.append(f"stockade call {name}@{version} --project {project} --subject {subject} --input '{{...}}'")
+    name, version, _, example = tools[0]
+    data = shlex.quote(json.dumps(example))
+    steps.append(f"stockade call {name}@{version} --project {project} --subject {subject} --input {data}")
     return steps

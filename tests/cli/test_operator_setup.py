@@ -61,13 +61,11 @@ def test_init_writes_config_policy_and_key_and_its_next_commands_reach_a_first_c
     steps = [line.strip() for line in proc.stdout.split("next:", 1)[1].splitlines() if line.strip()]
     assert steps[0] == "stockade lock verify"
     assert steps[1] == "stockade policy grant-tool p alice echo.say@1.0.0 --role agent"
-    for step in steps[:-1]:  # as written: no --trusted-keys, --state-dir or --lock needed
+    assert steps[-1] == """stockade call echo.say@1.0.0 --project p --subject alice --input '{"message": "example"}'"""
+    for step in steps:  # as written: no --trusted-keys, --state-dir or --lock needed
         done = run_cli(*shlex.split(step)[1:], cwd=root)
         assert done.returncode == 0, (step, done.stderr)
-    assert steps[-1].startswith("stockade call echo.say@1.0.0 --project p --subject alice --input")
-    call = run_cli("call", "echo.say@1.0.0", *ALICE_ARGS, *INPUT, cwd=root)
-    assert call.returncode == 0, call.stderr
-    assert json.loads(call.stdout) == {"message": "hi"}
+    assert json.loads(done.stdout) == {"message": "example"}  # the first call went through
     again = run_cli("init", cwd=root)
     assert again.returncode == 1 and "CONFIG_EXISTS" in again.stderr
 
