@@ -184,20 +184,21 @@ def location_flags(args: argparse.Namespace, *, lock: bool = False) -> str:
     return "".join(f" {flag}" for flag in flags)
 
 
-_SUGGESTED: Final = re.compile(r"`(stockade (policy|secrets) ([a-z-]+)[^`]*)`")
-_NEEDS_LOCK: Final = ("grant-tool", "explain")
+_SUGGESTED: Final = re.compile(r"`(stockade (policy|secrets|tools)\b ?([a-z-]*)[^`]*)`")
+_NEEDS_LOCK: Final = ("grant-tool", "explain", "tools")
 
 
 def localize_hint(hint: str, args: argparse.Namespace) -> str:
     """``hint`` with this command's location options added to each suggested ``stockade
-    policy ...`` / ``stockade secrets ...`` command, so that it runs as written.
+    policy ...`` / ``stockade secrets ...`` / ``stockade tools`` command, so that it runs as
+    written.
 
     The host writes hints for the default set-up; a command line that named its files
     (``--config``, ``--state-dir``, ``--lock``) needs the same options on the suggested one.
     """
 
     def extend(match: re.Match[str]) -> str:
-        command, action = match.group(1), match.group(3)
+        command, action = match.group(1), match.group(3) or match.group(2)
         wanted = location_flags(args, lock=action in _NEEDS_LOCK).split(" --")[1:]
         extra = "".join(f" --{flag}" for flag in wanted if f"--{flag.split(' ', 1)[0]} " not in command)
         return f"`{command}{extra}`"

@@ -241,3 +241,24 @@ def test_policy_show_prints_one_permission_per_line(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert "  allow  tool.call:echo.say" in lines and "  allow  echo.use" in lines
     assert "  ask    echo.write" in lines and "  bound  alice in p" in lines
+
+
+def test_tool_not_found_hint_lists_the_tools_of_the_same_lock_as_written(tmp_path: Path) -> None:
+    ws = echo_workspace(tmp_path)
+    proc = ws.run("call", "echo.sya@1.0.0", *ALICE_ARGS, *INPUT, *ws.host_args)
+    assert proc.returncode == 1 and "TOOL_NOT_FOUND" in proc.stderr
+    [command] = suggested(proc)
+    listed = ws.run(*command)
+    assert listed.returncode == 0, listed.stderr
+    assert "echo__say" in listed.stdout or "echo.say" in listed.stdout
+
+
+def test_policy_missing_hint_runs_as_written(tmp_path: Path) -> None:
+    ws = echo_workspace(tmp_path)
+    (ws.state / "policy.json").unlink()
+    proc = ws.run("policy", "grant-tool", "p", "alice", "echo.say@1.0.0", "--role", "agent", *ws.host_args)
+    assert proc.returncode == 1 and "POLICY_MISSING" in proc.stderr
+    [command] = suggested(proc)
+    assert ws.run(*command).returncode == 0
+    again = ws.run("policy", "grant-tool", "p", "alice", "echo.say@1.0.0", "--role", "agent", *ws.host_args)
+    assert again.returncode == 0, again.stderr
