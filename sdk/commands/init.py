@@ -88,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
         )
     base = target.parent
     keys = args.new_trusted_keys
+    if keys and not Path(keys).expanduser().is_file():
+        raise CommandFailed(
+            "KEYS_NOT_FOUND",
+            f"trusted keys file {keys} not found; nothing was written",
+            hint="name the stockade.keys/1 file of the signer's key "
+            "(`stockade keygen --keys-file` writes one)",
+        )
     text = render_host_file(
         state_dir=_relative(args.new_state_dir, base),
         lock=_relative(args.new_lock, base),
@@ -100,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_host_file(target)
     state = settings.state_dir or base / ".stockade"
     created = _make_state(state)
-    tools = _locked_tools(settings.lock, settings.trusted_keys) if settings.lock else []
-    steps = _next_commands(args, tools, settings.lock)
+    tools, problem = _locked_tools(settings.lock, settings.trusted_keys) if settings.lock else ([], None)
+    steps = _next_commands(args, tools, settings.lock, problem)
     if args.json:
         print_json(
             {"ok": True, "config": str(target), "state_dir": str(state), "created": created, "next": steps}
@@ -163,17 +170,17 @@ def sample_input(schema: Any) -> Any:
 Locked = tuple[str, str, list[str], Any]
 
 
-def _locked_tools(lock: Path, trusted_keys: Path | None) -> list[Locked]:
-    """(tool, version, required secrets, sample input) of every locked tool; empty if the
-    lock cannot be read."""
+def _locked_tools(lock: Path, trusted_keys: Path | None) -> tuple[list[Locked], str | None]:
+    """(tool, version, required secrets, sample input) of every locked tool, and why the
+    lock could not be read (``None`` when it could, or when there is no lock yet)."""
     from host.errors import StockadeError
 
     if not lock.exists():
-        return []
+        return [], None
     try:
         loaded = verified_lock(lock, trusted_keys=trusted_keys, require_signatures=False)
-    except StockadeError:
-        return []
+    except StockadeError as exc:
+        return [], f"{exc.code}: {exc.message}"
     found: list[Locked] = []
     for package in loaded.packages:
         http = package.manifest.http
@@ -182,16 +189,23 @@ def _locked_tools(lock: Path, trusted_keys: Path | None) -> list[Locked]:
             (tool.name, tool.version, secrets, sample_input(tool.input_schema))
             for tool in package.manifest.tools
         )
-    return found
+    return found, None
 
 
-def _next_commands(args: argparse.Namespace, tools: list[Locked], lock: Path | None) -> list[str]:
+def _next_commands(
+    args: argparse.Namespace, tools: list[Locked], lock: Path | None, problem: str | None
+) -> list[str]:
     project, subject = shlex.quote(args.project), shlex.quote(args.subject)
     if not tools:
-        where = lock or "stockade.lock"
+        first = (
+            f"stockade lock verify   # the lock does not verify yet: {problem}"
+            if problem
+            else f"stockade lock add BUNDLE_DIR --key KEY.pem   # pin a bundle in {lock or 'stockade.lock'}"
+        )
         return [
-            f"stockade lock add BUNDLE_DIR --key KEY.pem     # pin a signed bundle in {where}",
-            "stockade init --help                          # then re-run for the per-tool commands",
+            first,
+            f"stockade policy grant-tool {project} {subject} TOOL@VERSION --role agent   # for each tool",
+            f"stockade call TOOL@VERSION --project {project} --subject {subject} --input JSON",
         ]
     steps = ["stockade lock verify"]
     secrets: set[str] = set()

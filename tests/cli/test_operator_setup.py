@@ -262,3 +262,17 @@ def test_policy_missing_hint_runs_as_written(tmp_path: Path) -> None:
     assert ws.run(*command).returncode == 0
     again = ws.run("policy", "grant-tool", "p", "alice", "echo.say@1.0.0", "--role", "agent", *ws.host_args)
     assert again.returncode == 0, again.stderr
+
+
+def test_init_with_a_missing_keys_file_writes_nothing(tmp_path: Path) -> None:
+    proc = run_cli("init", "--trusted-keys", "nope.json", cwd=tmp_path)
+    assert proc.returncode == 1 and "KEYS_NOT_FOUND" in proc.stderr
+    assert not (tmp_path / "stockade.host.toml").exists() and not (tmp_path / ".stockade").exists()
+
+
+def test_init_on_a_lock_it_cannot_verify_says_why_instead_of_guessing(tmp_path: Path) -> None:
+    root = signed_workspace(tmp_path)
+    proc = run_cli("init", "--allow-unsigned", cwd=root)  # no trusted keys: the signed lock does not verify
+    assert proc.returncode == 0, proc.stderr
+    steps = proc.stdout.split("next:", 1)[1]
+    assert "stockade lock verify   # the lock does not verify yet: SIGNATURE_INVALID" in steps
