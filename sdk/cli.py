@@ -242,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value or not hasattr(args, name):
             setattr(args, name, value)
     if args.command is None:
+        if found["json"]:
+            missing = _UsageError("a command is required", parser.format_usage(), "stockade")
+            return _usage_error(missing, as_json=True)
         parser.print_help()
         return EXIT_USAGE
     return _run(args)

@@ -84,8 +84,9 @@ def test_json_and_debug_are_accepted_after_the_subcommand(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "argv",
-    [("no-such-command", "--json"), ("--json", "keygen"), ("call", "echo.say", "--json"), ("--json", "--config")],
-    ids=["unknown-command", "missing-option", "bad-tool", "config-without-value"],
+    [("no-such-command", "--json"), ("--json", "keygen"), ("call", "echo.say", "--json"), ("--json", "--config"),
+     ("--json",)],
+    ids=["unknown-command", "missing-option", "bad-tool", "config-without-value", "no-command"],
 )
 def test_usage_errors_under_json_are_json(tmp_path: Path, argv: tuple[str, ...]) -> None:
     proc = run_cli(*argv, cwd=tmp_path)
