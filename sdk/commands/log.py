@@ -34,8 +34,8 @@ from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, add_state_
 
 _OVERVIEW = """The audit log: `log show` prints it for people (one line per record, newest last:
 time, principal, tool, effect, outcome, code, duration, HTTP hosts; --follow, --since,
---tool, --principal, --last, --json); `log verify FILE` checks its hash chain and
-signed checkpoints. See `stockade log ACTION --help`."""
+--tool, --principal, --last, --json; --all adds the signed checkpoints); `log verify
+FILE` checks its hash chain and signed checkpoints. See `stockade log ACTION --help`."""
 
 
 def _hash(text: str) -> str:

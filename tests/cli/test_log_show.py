@@ -106,3 +106,14 @@ def test_log_commands_on_a_missing_file_say_not_found_never_tampering(tmp_path: 
         assert "BROKEN" not in proc.stderr and "investigate" not in proc.stderr
     default = run_cli("log", "show", "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
     assert "AUDIT_LOG_NOT_FOUND" in default.stderr and str(tmp_path / "state" / "audit.log") in default.stderr
+
+
+def test_log_show_hides_the_logs_own_checkpoints_unless_all(tmp_path: Path) -> None:
+    ws = echo_workspace(tmp_path)
+    _calls(ws)  # each CLI host closes its log with a signed checkpoint
+    records = [json.loads(line) for line in (ws.state / "audit.log").read_text().splitlines()]
+    assert any(r["kind"] == "audit.checkpoint" for r in records)
+    shown = ws.run("log", "show", "--state-dir", str(ws.state)).stdout
+    assert "audit.checkpoint" not in shown
+    everything = ws.run("log", "show", "--state-dir", str(ws.state), "--all").stdout
+    assert "audit.checkpoint" in everything
