@@ -24,13 +24,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from host._files import open_regular
-from host.audit import VerifyReport, verify
-from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
 from host.errors import AuditUnavailable
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, add_state_dir, print_json, state_dir
+
+if TYPE_CHECKING:  # host.audit imports cryptography and pydantic: only `log verify` needs them
+    from host.audit import VerifyReport
+
+PUBLIC_KEY_FILE: Final = "audit-key.pub"  # host.auditkey.PUBLIC_KEY_FILE (a test pins them equal)
 
 _OVERVIEW = """The audit log: `log show` prints it for people (one line per record, newest last:
 time, principal, tool, effect, outcome, code, duration, HTTP hosts; --follow, --since,
@@ -138,6 +141,9 @@ def run_verify(args: argparse.Namespace) -> int:
             "AUDIT_LOG_BROKEN", exc.message, hint="pass the audit log itself (a regular file)"
         ) from None
     files = _key_files(args)
+    from host.audit import verify
+    from host.auditkey import load_public_keys
+
     keys = load_public_keys(files) if files else None
     report = verify(args.file, expected_head=args.expected_head, keys=keys)
     ok = report.ok

@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from host.audit import AuditLog
+from host.audit import CHECKPOINT_KIND, AuditLog
+from host.auditkey import PUBLIC_KEY_FILE
+from sdk.commands._logshow import _CHECKPOINT
+from sdk.commands.log import PUBLIC_KEY_FILE as SHOWN_KEY_FILE
 from tests.support.cli import ALICE_ARGS, Workspace, cli_env, echo_workspace, run_cli
 
 INPUT = ("--input", '{"message": "hi"}')
@@ -117,3 +120,8 @@ def test_log_show_hides_the_logs_own_checkpoints_unless_all(tmp_path: Path) -> N
     assert "audit.checkpoint" not in shown
     everything = ws.run("log", "show", "--state-dir", str(ws.state), "--all").stdout
     assert "audit.checkpoint" in everything
+
+
+
+def test_log_commands_name_the_audit_key_file_as_the_host_does() -> None:
+    assert SHOWN_KEY_FILE == PUBLIC_KEY_FILE and _CHECKPOINT == CHECKPOINT_KIND
