@@ -4,9 +4,9 @@ To add a command ``frob``: write ``sdk/commands/frob.py`` with ``register(sub)``
 its parser with ``sub.add_parser("frob", ...)`` and sets ``func(args) -> int``), then add
 one :class:`Command` line below. ``sdk.cli`` imports only the module of the command being
 run (start-up time: issue 13, item 9), so a command module may import heavy libraries
-(wasmtime, httpx, rich) at its top; this package must not. Modules that are not commands
-(shared helpers) start with ``_``; ``tests/cli/test_cli_basics.py`` checks that every
-other module here is listed.
+(wasmtime, httpx, rich) at its top; this package must not. ``tests/cli/test_cli_basics.py``
+checks that every module here with a ``register(sub)`` is listed (shared helpers are
+best named with a leading ``_``).
 
 A command that passes arguments on (``stockade test -- -k name``) sets a
 ``passthrough`` default; ``sdk.cli`` puts everything after ``--`` there. Host commands
