@@ -16,13 +16,38 @@ Example::
 
 from __future__ import annotations
 
-from host.audit import AuditLog
-from host.config import Ceilings, HostConfig
-from host.errors import StockadeError
-from host.gateway import CallResult, ErrorInfo, Host, Usage
-from host.plan import Approval, CallRequest, InvocationPlan, Principal
-from host.policy.engine import FilePolicyEngine
-from host.secrets import MasterKey, SecretsStore
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from host.audit import AuditLog
+    from host.config import Ceilings, HostConfig
+    from host.errors import StockadeError
+    from host.gateway import CallResult, ErrorInfo, Host, Usage
+    from host.plan import Approval, CallRequest, InvocationPlan, Principal
+    from host.policy.engine import FilePolicyEngine
+    from host.secrets import MasterKey, SecretsStore
+
+# Each public name is imported from its module on first use (PEP 562), so that
+# ``import host.errors`` or ``import host.audit`` stays cheap: the CLI's start-up time
+# depends on it (issue 13, item 9); ``from host import Host`` still works unchanged.
+_EXPORTS: dict[str, str] = {
+    "AuditLog": "host.audit",
+    "Ceilings": "host.config",
+    "HostConfig": "host.config",
+    "StockadeError": "host.errors",
+    "CallResult": "host.gateway",
+    "ErrorInfo": "host.gateway",
+    "Host": "host.gateway",
+    "Usage": "host.gateway",
+    "Approval": "host.plan",
+    "CallRequest": "host.plan",
+    "InvocationPlan": "host.plan",
+    "Principal": "host.plan",
+    "FilePolicyEngine": "host.policy.engine",
+    "MasterKey": "host.secrets",
+    "SecretsStore": "host.secrets",
+}
 
 __all__ = [
     "Approval",
@@ -41,3 +66,17 @@ __all__ = [
     "StockadeError",
     "Usage",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name from its module on first access (see ``_EXPORTS``)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'host' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

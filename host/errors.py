@@ -44,7 +44,8 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── McpUnavailable            MCP_UNAVAILABLE         an MCP server crashed, broke JSON-RPC, cannot start
     │   └── McpTimeout            MCP_TIMEOUT             an MCP server did not answer within the call timeout
     ├── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
-    └── StoreUnavailable          STORE_UNAVAILABLE       the state store cannot be reached or used
+    ├── StoreUnavailable          STORE_UNAVAILABLE       the state store cannot be reached or used
+    └── ConfigInvalid             CONFIG_INVALID          the host config file is missing or invalid
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
 ``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
@@ -72,6 +73,7 @@ __all__ = [
     "Busy",
     "CallCancelled",
     "ComponentRefused",
+    "ConfigInvalid",
     "CredentialUnavailable",
     "DigestMismatch",
     "EgressDenied",
@@ -443,6 +445,8 @@ class McpToolChanged(StockadeError):
 
     code = "MCP_TOOL_CHANGED"
     default_hint = "Review the change (`stockade diff`) and re-pin with `stockade lock add-mcp`."
+
+
 class StoreUnavailable(StockadeError):
     """The state store (approvals, rate limits, grants, lock generations) cannot be
     reached or used; the operation fails closed and nothing runs."""
@@ -452,6 +456,16 @@ class StoreUnavailable(StockadeError):
         "Check that the store's database is reachable and migrated (`stockade store migrate`); "
         "a local state dir is used by one host process at a time."
     )
+
+
+class ConfigInvalid(StockadeError):
+    """The operator's host config file (``stockade.host.toml``) is missing or invalid.
+
+    ``details["problems"]`` lists every problem (``{"loc": "host.lock", "msg": "..."}``).
+    """
+
+    code = "CONFIG_INVALID"
+    default_hint = "Fix the file named in the message, or write a new one with `stockade init`."
 
 
 def all_error_classes() -> tuple[type[StockadeError], ...]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -63,7 +64,7 @@ from host.lock import TrustedKeys, load_lock
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.pin import load_pinned_sources
 from host.mcpsource.source import McpSource
-from host.plan import Approval, CallRequest, InvocationPlan, prepare
+from host.plan import Approval, CallRequest, InvocationPlan, Principal, prepare
 from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolPolicyStore
 from host.redact import Redactor
@@ -597,7 +598,10 @@ class Host:
                 raise CredentialUnavailable(
                     f"secret {mapping.secret!r} is required by package {tool.binding.package!r} "
                     f"but is not stored for {principal.subject!r} in {principal.project!r}",
+                    hint=_store_secret_hint(mapping.secret, principal, has_store=self._secrets is not None),
                     secret=mapping.secret,
+                    project=principal.project,
+                    subject=principal.subject,
                 )
         return staged
 
@@ -929,7 +933,11 @@ def _envelope_summary(request: object) -> dict[str, Any]:
             "version": request.version,
         }
     if isinstance(request, Mapping):
-        return {k: v[:256] for k in ("session", "tool", "version") if isinstance(v := request.get(k), str)}
+        summary = {k: v[:256] for k in ("session", "tool", "version") if isinstance(v := request.get(k), str)}
+        principal = request.get("principal")
+        if isinstance(principal, Mapping):  # who asked, even when the envelope was refused
+            summary |= {k: v[:256] for k in ("project", "subject") if isinstance(v := principal.get(k), str)}
+        return summary
     return {}
 
 
@@ -943,4 +951,25 @@ def _open_audit(path: Path, config: HostConfig) -> AuditLog:
         signer=AuditKey.load_or_create(config.state_dir),
         checkpoint_every=config.audit_checkpoint_every,
         checkpoint_interval_s=config.audit_checkpoint_interval_s,
+    )
+
+
+def _store_secret_hint(secret: str, principal: Principal, *, has_store: bool) -> str:
+    """The exact commands that make a missing secret available (issue 13, item 2).
+
+    Every tool of a package is pre-flighted for all of the package's required secrets
+    (DESIGN §6 step 8): the manifest does not say which tools make requests, and finding
+    a secret missing halfway through a call, after other requests went out, is worse than
+    refusing before the guest starts. A mapping that some tools do without is declared
+    ``optional``.
+    """
+    store = (
+        f"`stockade secrets set {shlex.quote(secret)} --project {shlex.quote(principal.project)} "
+        f"--subject {shlex.quote(principal.subject)}` (it reads the value from standard input)"
+    )
+    if has_store:
+        return f"Store it with {store}."
+    return (
+        "No secrets store is open (no master key): create one with `stockade secrets init-key`, "
+        f"then {store}."
     )

@@ -370,10 +370,16 @@ def _verify_signature(entry: LockEntry, *, require: bool, keys: TrustedKeys | No
     if not require and entry.signature is None:
         return
     if keys is None:
+        signer = f"signed by key {entry.key_id}, which is not trusted here" if entry.key_id else "not signed"
         raise SignatureInvalid(
-            f"package {entry.name}@{entry.version} needs signature verification but no "
-            "trusted keys are configured",
+            f"package {entry.name}@{entry.version} is {signer}: no trusted keys are configured",
+            hint=(
+                "Trust the signer: pass `--trusted-keys FILE` (the stockade.keys/1 file listing the "
+                "signer's key, as written by `stockade keygen --keys-file FILE`), or record it once "
+                "with `trusted_keys = \"FILE\"` in stockade.host.toml (`stockade init --trusted-keys FILE`)."
+            ),
             package=entry.name,
+            key_id=entry.key_id,
         )
     keys.verify(
         entry.name, entry.version, entry.manifest_sha256, entry.module_sha256,

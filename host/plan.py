@@ -37,6 +37,7 @@ import json
 import math
 import re
 import secrets as _random
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -190,6 +191,22 @@ class Preview:
             "action_digest": self.action_digest,
         }
 
+    def lines(self) -> list[str]:
+        """The preview for a person, one field per line, every value whole: the action
+        digest is never shortened (a person may compare it with an audit record)."""
+        return [
+            f"tool            {self.tool}@{self.version}",
+            f"package         {self.package}@{self.package_version}, lock generation {self.generation}",
+            f"effect / risk   {self.effect} / {self.risk}",
+            f"permissions     {', '.join(self.permissions) or '-'}",
+            f"may reach       {', '.join(self.hosts) or '(no network)'}",
+            f"secrets         {', '.join(self.secrets) or '-'}",
+            f"action digest   {self.action_digest}",
+        ]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
 
 @dataclass(frozen=True, slots=True)
 class InvocationPlan:
@@ -319,7 +336,9 @@ def _decide(engine: PolicyEngine, principal: Principal, permissions: list[str]) 
 
 
 def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Effect, Fence]:
+    """Ask the engine about every required permission; a deny lists ALL denied ones (issue 13)."""
     decisions: list[Decision] = []
+    denied: list[tuple[str, str]] = []
     permissions = required_permissions(tool)
     answers = _decide(engine, principal, permissions)
     for permission in permissions:
@@ -332,16 +351,29 @@ def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition)
         if not isinstance(decision, Decision) or not isinstance(decision.effect, Effect):
             raise PolicyUnavailable("policy engine returned a malformed decision")
         if decision.effect is Effect.DENY:
-            raise PolicyDenied(
-                f"policy denies {permission!r} to {principal.subject!r} in {principal.project!r}",
-                permission=permission,
-                reason=decision.reason,
-            )
-        decisions.append(decision)
+            denied.append((permission, decision.reason))
+        else:
+            decisions.append(decision)
+    if denied:
+        raise _denied(principal, tool, denied)
     fence = check_fences(decisions)
     if any(d.effect is Effect.REQUIRE_APPROVAL for d in decisions):
         return Effect.REQUIRE_APPROVAL, fence
     return Effect.ALLOW, fence
+
+
+def _denied(principal: Principal, tool: ToolDefinition, denied: list[tuple[str, str]]) -> PolicyDenied:
+    missing = [permission for permission, _ in denied]
+    words = shlex.join([principal.project, principal.subject, f"{tool.name}@{tool.version}"])
+    return PolicyDenied(
+        f"policy denies {', '.join(repr(p) for p in missing)} to {principal.subject!r} "
+        f"in {principal.project!r}",
+        hint=f"An administrator grants exactly what the tool declares with "
+        f"`stockade policy grant-tool {words} --role agent`.",
+        permission=missing[0],
+        permissions=missing,
+        reason=denied[0][1],
+    )
 
 
 def _preview(tool: ToolDefinition, digest: str) -> Preview:
@@ -445,7 +477,12 @@ def prepare(
     if verdict == "approval" and grants.discharges(req.principal.key, req.session, tool.name):
         verdict = final_decision(engine_effect, mode, True)
     if verdict == "deny":
-        raise PolicyDenied(f"tool {tool.name!r} is disabled by tool policy", tool=tool.name)
+        words = shlex.join([req.principal.project, req.principal.subject, f"{tool.name}@{tool.version}"])
+        raise PolicyDenied(
+            f"tool {tool.name!r} is disabled by tool policy (managed cap or user tool policy)",
+            hint=f"See which layer disables it with `stockade policy explain {words}`.",
+            tool=tool.name,
+        )
     canonical = validate_input(tool.input_schema, req.input, max_bytes=max_input_bytes)
     input_sha = sha256_hex(canonical)
     digest = action_digest(req.principal, tool, input_sha)

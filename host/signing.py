@@ -323,7 +323,9 @@ class TrustedKeys:
         if key is None:
             raise SignatureInvalid(
                 f"{who} is signed by key {key_id[:40]}, which is not a trusted key",
-                hint=hint,
+                hint=hint
+                or "Check who signed it; if you trust the signer, add their key to your trusted keys "
+                "file (`stockade keygen --keys-file` writes one), or sign with a key it lists.",
                 key_id=key_id[:40],
                 **details,
             )

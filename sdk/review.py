@@ -124,6 +124,23 @@ class LockDiff:
         """Whether ``new`` directly follows ``old``."""
         return self.new.generation == self.old.generation + 1 and self.new.previous == self.old.digest
 
+    @property
+    def relation(self) -> str:
+        """How ``new`` relates to ``old``: ``same`` (identical lock), ``successor`` (the
+        direct next generation), or what a host would refuse as LOCK_ROLLBACK:
+        ``rollback`` (a lower generation), ``fork`` (same generation, other content, or
+        the next generation not chained to ``old``), ``skipped`` (generations missing)."""
+        old, new = self.old, self.new
+        if new.digest == old.digest:
+            return "same"
+        if self.chained:
+            return "successor"
+        if new.generation < old.generation:
+            return "rollback"
+        if new.generation > old.generation + 1:
+            return "skipped"
+        return "fork"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form (format ``stockade.diff/1``)."""
         return {
@@ -131,6 +148,7 @@ class LockDiff:
             "old": self.old.to_dict(),
             "new": self.new.to_dict(),
             "chained": self.chained,
+            "relation": self.relation,
             "escalated": bool(self.escalations),
             "escalations": [c.kind for c in self.escalations],
             "changes": [c.to_dict() for c in self.changes],

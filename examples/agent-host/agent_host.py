@@ -45,7 +45,6 @@ from host import (
     SecretsStore,
     StockadeError,
 )
-from host.adapters.schemas import resolve_model_name
 from host.runtime.cache import user_artifact_dir
 
 MAX_TRANSCRIPT_BYTES = 1024 * 1024  # a transcript is untrusted input too
@@ -110,7 +109,7 @@ def handle(host: Host, call: dict[str, Any], principal: Principal,
     """One proposal -> the answer for the model."""
     answer: dict[str, Any] = {"id": call.get("id"), "name": call["name"]}
     try:
-        tool, version = resolve_model_name(host.registry, "openai", call["name"])
+        tool, version = host.resolve_tool("openai", call["name"])
         request = CallRequest(principal=principal, session=args.session, tool=tool,
                               version=version, input=arguments_of(call))
     except StockadeError as exc:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -312,7 +313,14 @@ class FilePolicyEngine:
         except OSError as exc:
             raise PolicyUnavailable(f"cannot read the policy file: {exc.strerror or exc}") from None
         if compiled is None:
-            raise PolicyUnavailable(f"the policy file {self.path.name} does not exist")
+            where = shlex.quote(str(self.path.parent.absolute()))
+            raise PolicyUnavailable(
+                f"the policy file {self.path} does not exist",
+                hint=f"Create it with `stockade policy init --state-dir {where}`"
+                if self.path.name == "policy.json"
+                else f"Create {self.path} (format {POLICY_FORMAT}).",
+                file=str(self.path),
+            )
         return compiled
 
     def fence(self) -> Fence:

@@ -417,6 +417,16 @@ class ToolPolicyStore:
         user = next((rules[s] for s in candidates if s in rules), CLASS_DEFAULTS[effect_class])
         return strictest(cap, user)
 
+    def cap_mode(self, *, tool: str, service: str, effect: str) -> ToolMode:
+        """The managed cap's ceiling for one tool alone (``allow`` when no cap rule matches;
+        ``disabled`` when the cap directory is present but unreadable). For explanations
+        (``stockade policy explain``); decisions use :meth:`resolve`.
+
+        Raises:
+            ValueError: an unknown effect class.
+        """
+        return self._cap_mode(_candidates(tool, service, _effect_name(effect)))
+
     def _cap_mode(self, candidates: tuple[Selector, ...]) -> ToolMode:
         rules = self._cap_rules()
         if isinstance(rules, _CapUnreadable):

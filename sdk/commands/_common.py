@@ -14,6 +14,10 @@ Host-using commands (``tools``, ``call``) share one convention:
   approvals, rate limits, session grants and lock generations live — ``local`` (files
   under the state dir, one host process) or ``postgresql://…`` (shared by many hosts).
 
+Every option above may come from the host config file instead (``stockade.host.toml``,
+see :mod:`host.hostfile`): :func:`apply_host_file` fills the options a command line left
+unset before the command runs; the audit log path comes from it too (:func:`audit_path`).
+
 Failures a command detects itself (not a :class:`~host.errors.StockadeError`) raise
 :class:`CommandFailed`; ``sdk.cli`` prints both the same way and exits 1.
 
@@ -35,22 +39,21 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:  # imported where used: start-up time (issue 13, item 9)
+    from rich.console import Console
 
-from host import FilePolicyEngine, Host, HostConfig, MasterKey, SecretsStore
-from host.runtime import ProgressEvent
-from host.runtime.cache import user_artifact_dir
-from host.secrets import MASTER_KEY_ENV
+    from host import Host, HostConfig, SecretsStore
+    from host.lock import LoadedLock
+    from host.runtime import ProgressEvent
 
 __all__ = [
     "DEFAULT_LOCK",
     "DEFAULT_STATE_DIR",
     "EXIT_ESCALATION",
     "EXIT_FAILED",
+    "EXIT_NOT_SUCCESSOR",
     "EXIT_OK",
     "EXIT_USAGE",
     "CommandFailed",
@@ -58,7 +61,11 @@ __all__ = [
     "add_host_options",
     "add_state_dir",
     "add_store_option",
+    "apply_host_file",
+    "audit_path",
     "cell",
+    "localize_hint",
+    "location_flags",
     "open_host",
     "open_secrets",
     "open_store_spec",
@@ -67,12 +74,14 @@ __all__ = [
     "state_dir",
     "stderr_console",
     "stdout_console",
+    "verified_lock",
 ]
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ESCALATION: Final = 3
+EXIT_NOT_SUCCESSOR: Final = 4  # `stockade diff`: the new lock does not directly follow the old one
 
 DEFAULT_STATE_DIR: Final = Path("~/.stockade")
 DEFAULT_LOCK: Final = Path("stockade.lock")
@@ -108,12 +117,12 @@ def add_state_dir(parser: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         default=None,
-        help="host state directory (default: $STOCKADE_HOME or ~/.stockade)",
+        help="host state directory (default: the config file's, $STOCKADE_HOME or ~/.stockade)",
     )
 
 
 def state_dir(args: argparse.Namespace) -> Path:
-    """The state directory the user chose, expanded."""
+    """The state directory: ``--state-dir``, the config file's, ``$STOCKADE_HOME`` or ``~/.stockade``."""
     chosen = args.state_dir or Path(os.environ.get("STOCKADE_HOME", str(DEFAULT_STATE_DIR)))
     return Path(chosen).expanduser()
 
@@ -143,18 +152,111 @@ def open_store_spec(spec: str) -> Any:
         UsageFailed: the value is neither ``local`` nor ``postgresql://…``.
         StoreUnavailable: the store cannot be opened.
     """
-    from host.store import is_postgres_spec, open_postgres  # noqa: PLC0415 - keeps start-up light
+    from host.store import is_postgres_spec, open_postgres
 
     if not is_postgres_spec(spec):
         raise UsageFailed("STORE_INVALID", "--store must be 'local' or a postgresql:// DSN")
     return open_postgres(spec)
 
 
+_HOST_OPTIONS: Final = ("lock", "state_dir", "trusted_keys", "trusted_operator_keys", "require_signatures")
+
+
+def apply_host_file(args: argparse.Namespace) -> None:
+    """Fill the host options a command line left unset from the host config file.
+
+    Does nothing for commands without host options (``new``, ``build``, ...), so a
+    broken config file never blocks them. Sets ``args.host_file`` (the parsed file or
+    ``None``) and ``args.given`` (the host options given on the command line).
+
+    Raises:
+        ConfigInvalid: the file named by ``--config``/``$STOCKADE_CONFIG`` is missing,
+            or the file found is invalid.
+    """
+    from host.hostfile import find_host_file, load_host_file
+
+    present = [name for name in _HOST_OPTIONS if hasattr(args, name)]
+    args.given = {name for name in present if getattr(args, name)}
+    args.host_file = None
+    if not present:
+        return
+    explicit = getattr(args, "config", None)
+    chosen_state = getattr(args, "state_dir", None)
+    path = find_host_file(explicit, env=os.environ, cwd=Path.cwd(), state_dir=chosen_state)
+    settings = load_host_file(path) if path is not None else None
+    args.host_file = settings
+    if settings is not None:
+        for name in present:
+            configured = getattr(settings, name)
+            if not getattr(args, name) and configured is not None:
+                setattr(args, name, configured)
+    if "lock" in present and args.lock is None:
+        args.lock = DEFAULT_LOCK
+
+
+def audit_path(args: argparse.Namespace) -> Path:
+    """The audit log: the config file's ``audit``, else ``<state dir>/audit.log``."""
+    settings = getattr(args, "host_file", None)
+    if settings is not None and settings.audit is not None:
+        return Path(settings.audit)
+    return state_dir(args) / "audit.log"
+
+
+def location_flags(args: argparse.Namespace, *, lock: bool = False) -> str:
+    """The options a suggested command needs to act on the same files as this one.
+
+    Hints print commands to run "as written" (issue 13, item 2): when this command
+    found its files through ``--config``, ``--state-dir`` or ``--lock`` on the command
+    line, the suggested command needs the same options (with absolute paths).
+    """
+    flags: list[str] = []
+    config = getattr(args, "config", None)
+    if config is not None:
+        flags.append(f"--config {_quote(Path(config).expanduser().resolve())}")
+    given: set[str] = getattr(args, "given", set())
+    if "state_dir" in given:
+        flags.append(f"--state-dir {_quote(state_dir(args).resolve())}")
+    if lock and "lock" in given:
+        flags.append(f"--lock {_quote(Path(args.lock).resolve())}")
+    return "".join(f" {flag}" for flag in flags)
+
+
+_SUGGESTED: Final = re.compile(r"`(stockade (policy|secrets|tools)\b ?([a-z-]*)[^`]*)`")
+_NEEDS_LOCK: Final = ("grant-tool", "explain", "tools")
+
+
+def localize_hint(hint: str, args: argparse.Namespace) -> str:
+    """``hint`` with this command's location options added to each suggested ``stockade
+    policy ...`` / ``stockade secrets ...`` / ``stockade tools`` command, so that it runs as
+    written.
+
+    The host writes hints for the default set-up; a command line that named its files
+    (``--config``, ``--state-dir``, ``--lock``) needs the same options on the suggested one.
+    """
+
+    def extend(match: re.Match[str]) -> str:
+        command, action = match.group(1), match.group(3) or match.group(2)
+        wanted = location_flags(args, lock=action in _NEEDS_LOCK).split(" --")[1:]
+        extra = "".join(f" --{flag}" for flag in wanted if f"--{flag.split(' ', 1)[0]} " not in command)
+        return f"`{command}{extra}`"
+
+    return _SUGGESTED.sub(extend, hint)
+
+
+def _quote(path: Path) -> str:
+    import shlex
+
+    return shlex.quote(str(path))
+
+
 def add_host_options(parser: argparse.ArgumentParser) -> None:
     """Add the options every host-opening command shares (see the module docstring)."""
     add_store_option(parser)
     parser.add_argument(
-        "--lock", type=Path, default=DEFAULT_LOCK, help="the lock file to load (default: ./stockade.lock)"
+        "--lock",
+        type=Path,
+        default=None,
+        help="the lock file to load (default: the config file's, ./stockade.lock)",
     )
     add_state_dir(parser)
     parser.add_argument(
@@ -162,7 +264,8 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="trusted Ed25519 keys (stockade.keys/1); needed when the lock holds signatures",
+        help="trusted Ed25519 keys (stockade.keys/1); needed when the lock holds signatures "
+        "(default: the config file's trusted_keys)",
     )
     parser.add_argument(
         "--require-signatures",
@@ -193,6 +296,8 @@ def open_secrets(root: Path) -> SecretsStore | None:
         The store, or ``None`` when neither ``STOCKADE_MASTER_KEY`` nor
         ``<root>/master.key`` exists.
     """
+    from host.secrets import MASTER_KEY_ENV, MasterKey, SecretsStore
+
     key_file = root / "master.key"
     if MASTER_KEY_ENV not in os.environ and not os.path.lexists(key_file):
         return None
@@ -200,7 +305,31 @@ def open_secrets(root: Path) -> SecretsStore | None:
     return SecretsStore(root / "secrets.json", key)
 
 
+def verified_lock(lock: Path, *, trusted_keys: Path | None, require_signatures: bool) -> LoadedLock:
+    """A lock with every digest, signature and manifest verified; nothing compiled or persisted.
+
+    For commands that read what a lock declares (``policy grant-tool``, ``policy
+    explain``, ``init``) without opening a host (which compiles components).
+
+    Raises:
+        LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: from ``load_lock``.
+    """
+    import tempfile
+
+    from host.config import HostConfig
+    from host.lock import TrustedKeys, load_lock
+
+    keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
+    with tempfile.TemporaryDirectory(prefix="stockade-read-") as scratch:
+        config = HostConfig(state_dir=Path(scratch), require_signatures=require_signatures)
+        return load_lock(Path(lock), config=config, trusted_keys=keys)
+
+
 def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
+    from host.config import HostConfig
+    from host.runtime.cache import user_artifact_dir
+
+    settings = getattr(args, "host_file", None)
     return HostConfig(
         state_dir=root,
         require_signatures=bool(args.require_signatures),
@@ -208,6 +337,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         trusted_operator_keys_file=args.trusted_operator_keys,
         artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)
         debug_guest_errors=bool(getattr(args, "debug", False)),  # --debug: guest tracebacks
+        admin_policy_dir=settings.admin_policy_dir if settings is not None else None,
     )
 
 
@@ -227,6 +357,9 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     Returns:
         The open host; close it (``with``).
     """
+    from host.gateway import Host
+    from host.policy.engine import FilePolicyEngine
+
     root = state_dir(args)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     secrets = open_secrets(root)
@@ -238,7 +371,7 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
         if shared is None:
             return Host.open(
                 args.lock, config=config, secrets=secrets, policy=policy,
-                audit=root / "audit.log", progress=callback,
+                audit=audit_path(args), progress=callback,
             )
         return Host.open(
             args.lock, config=config, secrets=secrets, policy=policy,
@@ -252,6 +385,8 @@ def _compile_progress(*, enabled: bool) -> Iterator[Callable[[ProgressEvent], No
     if not enabled or not console.is_terminal:
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("loading components", total=None)
@@ -265,11 +400,15 @@ def _compile_progress(*, enabled: bool) -> Iterator[Callable[[ProgressEvent], No
 
 def stdout_console() -> Console:
     """A rich console on stdout (tables for people)."""
+    from rich.console import Console
+
     return Console()
 
 
 def stderr_console() -> Console:
     """A rich console on stderr (progress, prompts, warnings)."""
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -288,6 +427,8 @@ def safe_text(value: object) -> str:
 
 def cell(value: object) -> str:
     """:func:`safe_text`, with rich markup escaped: for table cells and rich prints."""
+    from rich.markup import escape
+
     return escape(safe_text(value))
 
 

@@ -22,8 +22,6 @@ import argparse
 import sys
 from typing import Any
 
-from rich.table import Table
-
 from host import CallResult, Host, InvocationPlan
 from host.canonical import parse_json
 from host.errors import StockadeError
@@ -32,6 +30,7 @@ from sdk.commands._common import (
     EXIT_OK,
     add_host_options,
     cell,
+    localize_hint,
     open_host,
     print_json,
     safe_text,
@@ -116,26 +115,16 @@ def _call(host: Host, request: dict[str, Any], args: argparse.Namespace) -> Call
 
 
 def _show_preview(host: Host, plan: InvocationPlan) -> None:
-    preview = plan.preview
+    """The preview on stderr, one field per line: nothing is cut, whatever the width."""
     binding = host.registry.get(plan.tool, plan.version).binding
-    table = Table(title="approval required", title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    rows = (
-        ("tool", f"{preview.tool}@{preview.version}"),
-        ("binding", f"{preview.package}@{preview.package_version}, lock generation {preview.generation}"),
-        ("manifest sha256", binding.manifest_sha256),
-        ("module sha256", binding.module_sha256),
-        ("effect", preview.effect),
-        ("risk", preview.risk),
-        ("permissions", ", ".join(preview.permissions) or "-"),
-        ("hosts", ", ".join(preview.hosts) or "(no network)"),
-        ("secrets", ", ".join(preview.secrets) or "-"),
-        ("action digest", preview.action_digest),
-    )
-    for name, value in rows:
-        table.add_row(name, cell(value))
-    stderr_console().print(table)
+    lines = [
+        "approval required",
+        *plan.preview.lines(),
+        f"manifest sha256 {binding.manifest_sha256}",
+        f"module sha256   {binding.module_sha256}",
+    ]
+    for line in lines:
+        print(safe_text(line), file=sys.stderr)
 
 
 def _ask() -> bool:
@@ -146,7 +135,7 @@ def _ask() -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _result_dict(result: CallResult) -> dict[str, Any]:
+def _result_dict(result: CallResult, args: argparse.Namespace) -> dict[str, Any]:
     error = result.error
     return {
         "ok": result.ok,
@@ -156,7 +145,7 @@ def _result_dict(result: CallResult) -> dict[str, Any]:
         else {
             "code": error.code,
             "message": error.message,
-            "hint": error.hint,
+            "hint": localize_hint(error.hint, args),
             "details": dict(error.details),
         },
         "audit_id": result.audit_id,
@@ -168,11 +157,11 @@ def _result_dict(result: CallResult) -> dict[str, Any]:
 
 def _print_result(result: CallResult, args: argparse.Namespace) -> int:
     if args.json:
-        print_json(_result_dict(result))
+        print_json(_result_dict(result, args))
     elif result.ok:
         print_json(result.output)
     elif result.error is not None:
-        hint = result.error.hint
+        hint = localize_hint(result.error.hint, args)
         if result.error.code == "APPROVAL_REQUIRED":
             hint = "run it in a terminal to approve interactively, or pass --approve (scripts)"
         print(f"error: {result.error.code}: {safe_text(result.error.message)}", file=sys.stderr)

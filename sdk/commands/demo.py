@@ -7,6 +7,8 @@ allowed read with the credential injected by the host, invalid input refused, a 
 approved by a person, the hostile plugin's tricks contained, a lock upgrade reviewed with
 ``stockade diff``, and the audit log verified. Nothing is sent beyond loopback.
 
+Without a terminal on standard input (a pipe, CI) it runs as ``--ci``.
+
 Caches: $STOCKADE_CACHE (default ~/.cache/stockade/demo).
 
 Exit codes: 0 every step behaved as expected, 1 a step did not (or setup failed),
@@ -16,6 +18,7 @@ Exit codes: 0 every step behaved as expected, 1 a step did not (or setup failed)
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,4 +48,6 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 if every step behaved as expected, else 1."""
-    return run_demo(ci=bool(args.ci), workdir=args.workdir)
+    # without a terminal on stdin nobody can answer a prompt: behave as --ci (issue 13)
+    ci = bool(args.ci) or not sys.stdin.isatty()
+    return run_demo(ci=ci, workdir=args.workdir)

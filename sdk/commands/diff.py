@@ -1,4 +1,5 @@
-"""``stockade diff OLD_LOCK NEW_LOCK``: what a lock change adds or widens.
+"""``stockade diff OLD_LOCK NEW_LOCK`` or ``stockade diff --from-git REV [LOCK]``:
+what a lock change adds or widens.
 
 Both locks are verified first (digests, signatures with ``--trusted-keys``, manifests);
 no host state is touched. Every difference is listed; escalations are flagged: new
@@ -7,19 +8,41 @@ widened schemas, new hosts, wildcards, plain http, other ports, shorter or new p
 prefixes, new methods, new credentials or new places a secret is sent, raised limits,
 dropped signatures. Reductions are shown but not flagged.
 
-Exit codes: 0 nothing escalates, 1 a lock failed verification, 2 usage error,
-3 at least one escalation (so CI can gate on it).
+``--from-git REV`` compares LOCK (default: the host config's, or ./stockade.lock) as it
+is at git revision REV with the working tree: the old lock and its bundles are read
+from REV (a bundle not committed there, such as a build output, is taken from the
+working tree: its digests are verified against the old lock either way). A CI job on a
+pull request gates on it::
+
+    stockade diff --from-git origin/main stockade.lock --trusted-keys trusted-keys.json
+
+Exit codes: 0 nothing escalates, 1 a lock failed verification (or git failed), 2 usage
+error, 3 at least one escalation, 4 the new lock is not the direct successor of the old
+one (a rollback, a fork or skipped generations: a host would refuse it as
+LOCK_ROLLBACK); 4 wins over 3.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from sdk.commands._common import EXIT_ESCALATION, EXIT_OK, cell, print_json, stdout_console
+from sdk.commands._common import (
+    DEFAULT_LOCK,
+    EXIT_ESCALATION,
+    EXIT_NOT_SUCCESSOR,
+    EXIT_OK,
+    CommandFailed,
+    UsageFailed,
+    cell,
+    print_json,
+    stdout_console,
+)
 from sdk.review import LockDiff, diff_locks
 
 
@@ -27,12 +50,19 @@ def register(sub: Any) -> None:
     """Add the ``diff`` subcommand."""
     parser = sub.add_parser(
         "diff",
-        help="what a lock change adds or widens (exit 3 on escalation)",
+        help="what a lock change adds or widens (exit 3 on escalation, 4 on a non-successor)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("old", type=Path, metavar="OLD_LOCK", help="the lock in force")
-    parser.add_argument("new", type=Path, metavar="NEW_LOCK", help="the proposed lock")
+    parser.add_argument("old", nargs="?", type=Path, metavar="OLD_LOCK", help="the lock in force")
+    parser.add_argument("new", nargs="?", type=Path, metavar="NEW_LOCK", help="the proposed lock")
+    parser.add_argument(
+        "--from-git",
+        default=None,
+        metavar="REV",
+        help="compare the lock at git revision REV (old) with the working tree (new); "
+        "then the only positional is the lock file",
+    )
     parser.add_argument(
         "--trusted-keys", type=Path, default=None, metavar="FILE", help="trusted keys (signed locks)"
     )
@@ -41,33 +71,120 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Diff, print, and exit 3 when anything escalates."""
-    diff = diff_locks(args.old, args.new, trusted_keys=args.trusted_keys)
+    """Diff, print, and exit 4 on a non-successor, else 3 when anything escalates."""
+    if args.from_git is None:
+        if args.old is None or args.new is None:
+            raise UsageFailed(
+                "USAGE",
+                "diff needs OLD_LOCK and NEW_LOCK (or --from-git REV [LOCK])",
+                hint="see `stockade diff --help`",
+            )
+        diff = diff_locks(args.old, args.new, trusted_keys=args.trusted_keys)
+    else:
+        if args.new is not None:
+            raise UsageFailed(
+                "USAGE",
+                "with --from-git, name at most one lock file",
+                hint="stockade diff --from-git REV [LOCK]",
+            )
+        settings = getattr(args, "host_file", None)
+        lock = args.old or (settings.lock if settings is not None and settings.lock else DEFAULT_LOCK)
+        with tempfile.TemporaryDirectory(prefix="stockade-diff-") as scratch:
+            old = lock_at_revision(Path(lock), args.from_git, Path(scratch))
+            diff = diff_locks(old, Path(lock), trusted_keys=args.trusted_keys)
     if args.json:
         print_json(diff.to_dict())
     else:
         render(diff)
+    if diff.relation not in ("same", "successor"):
+        return EXIT_NOT_SUCCESSOR
     return EXIT_ESCALATION if diff.escalations else EXIT_OK
 
 
+def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        proc = subprocess.run(["git", "-C", str(root), *argv], capture_output=True, check=False, timeout=120)
+    except OSError as exc:
+        raise CommandFailed(
+            "GIT_FAILED",
+            f"cannot run git: {exc.strerror or exc}",
+            hint="install git, or compare two lock files",
+        ) from None
+    if proc.returncode != 0:
+        message = proc.stderr.decode("utf-8", "replace").strip()[:500]
+        raise CommandFailed(
+            "GIT_FAILED", f"git {argv[0]} failed: {message}", hint="check the revision and path"
+        )
+    return proc
+
+
+def lock_at_revision(lock: Path, revision: str, scratch: Path) -> Path:
+    """Write the tree at ``revision`` into ``scratch`` and return the lock's path in it.
+
+    Bundles the old lock names that git does not hold at ``revision`` are copied from the
+    working tree (their digests are checked against the old lock when it loads).
+
+    Raises:
+        CommandFailed: git fails, or the lock does not exist at ``revision``.
+    """
+    lock = lock.absolute()
+    root = Path(_git(lock.parent, "rev-parse", "--show-toplevel").stdout.decode().strip())
+    relative = lock.resolve().relative_to(root.resolve())
+    archive = scratch / "tree.tar"
+    archive.write_bytes(_git(root, "archive", "--format=tar", revision).stdout)
+    tree = scratch / "tree"
+    with tarfile.open(archive) as bundle:
+        bundle.extractall(tree, filter="data")  # no absolute paths, links out or devices
+    old = tree / relative
+    if not old.is_file():
+        raise CommandFailed(
+            "LOCK_NOT_IN_GIT",
+            f"{relative} does not exist at {revision}",
+            hint="name the lock file as committed, or compare two lock files",
+        )
+    _fill_uncommitted_bundles(old, lock)
+    return old
+
+
+def _fill_uncommitted_bundles(old: Path, lock: Path) -> None:
+    import json
+
+    try:
+        packages = json.loads(old.read_bytes()).get("packages", [])
+    except (ValueError, AttributeError):
+        return  # verification reports the malformed lock
+    for entry in packages if isinstance(packages, list) else []:
+        bundle = entry.get("bundle") if isinstance(entry, dict) else None
+        if not isinstance(bundle, str) or Path(bundle).is_absolute() or ".." in Path(bundle).parts:
+            continue
+        source, target = lock.parent / bundle, old.parent / bundle
+        if not target.exists() and source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+
+
 def render(diff: LockDiff) -> None:
-    """Print a diff as a table."""
+    """Print a diff: a table if it fits the width, else one field per line."""
     console = stdout_console()
     old, new = diff.old, diff.new
-    console.print(f"[bold]old[/] {cell(old.path)} generation {old.generation} ({old.digest[:16]}…)")
-    console.print(f"[bold]new[/] {cell(new.path)} generation {new.generation} ({new.digest[:16]}…)")
-    if not diff.chained:
-        console.print("[yellow]note:[/] the new lock is not the direct successor of the old one")
+    console.print(f"[bold]old[/] {cell(old.path)} generation {old.generation}\n    digest {old.digest}")
+    console.print(f"[bold]new[/] {cell(new.path)} generation {new.generation}\n    digest {new.digest}")
+    console.print(f"    previous {new.previous}")
+    relation = diff.relation
+    if relation not in ("same", "successor"):
+        console.print(
+            f"[bold red]NOT A SUCCESSOR ({relation}):[/] the new lock does not directly follow the old one; "
+            "a host that accepted the old lock refuses it (LOCK_ROLLBACK). Exit 4."
+        )
     if not diff.changes:
         console.print("no changes")
         return
-    table = Table(show_lines=False)
-    for column in ("", "kind", "package", "tool", "change"):
-        table.add_column(column, overflow="fold")
-    for change in diff.changes:
-        flag = "[bold red]ESCALATES[/]" if change.escalation else ""
-        table.add_row(flag, change.kind, change.package, cell(change.tool or ""), cell(change.detail))
-    console.print(table)
+    from sdk.commands._layout import emit
+
+    rows = [
+        (c.kind, "ESCALATES" if c.escalation else "-", c.package, c.tool or "-", c.detail)
+        for c in diff.changes
+    ]
+    emit(console, "changes", ("kind", "flag", "package", "tool", "change"), rows)
     count = len(diff.escalations)
     if count:
         console.print(f"[bold red]{count} escalation(s)[/]: review before trusting the new lock")

@@ -5,12 +5,17 @@ digest as pinned). For a lock file: every digest, signature (``--trusted-keys``,
 ``--require-signatures``) and manifest is verified first, as a host would, and every
 package is reported. Nothing runs and no host state is touched.
 
-The report shows what each package may do: the hosts, ports, path prefixes and methods
-it may reach; each credential by secret name, where it is injected (bearer, basic,
-header, query) and for which hosts and paths; its limits; each tool's effect, risk,
-permissions, timeout, rate limit and schemas; and the component's imports, judged by
-the host's load-time checks (listing them compiles the component: seconds for a large
-plugin; ``--no-imports`` skips it).
+The report leads with what a reviewer decides on: package, version, signer, a risk
+summary (tools by effect, which ask for approval, highest risk, network, secrets), then
+tools, egress, credentials, limits and schemas. It shows what each package may do: the
+hosts, ports, path prefixes and methods it may reach; each credential by secret name,
+where it is injected (bearer, basic, header, query) and for which hosts and paths; its
+limits; each tool's effect, risk, permissions, timeout, rate limit and schemas; and the
+component's imports, judged by the host's load-time checks (listing them compiles the
+component: seconds for a large plugin; ``--no-imports`` skips it). WASI imports are
+counted, not listed, unless ``--imports``. A section too wide for the terminal (or an
+80-column CI log) is printed one field per line instead of as a wrapped table; without
+a terminal there is no colour and no spinner.
 
 A component the host would refuse when the lock is opened (a core module, a wrong
 ``call`` signature, a ``wasi:http`` or other disallowed import) is reported, then the
@@ -28,15 +33,16 @@ import argparse
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from host.errors import ComponentRefused
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, cell, print_json, stderr_console, stdout_console
+from sdk.commands._layout import emit
 from sdk.commands.lockmcp import render_mcp_source
 from sdk.review import bundle_report, lock_report
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _LIMIT_UNITS = {
     "fuel": "fuel units",
@@ -66,6 +72,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--require-signatures", action="store_true", help="refuse unsigned packages (for a lock)"
     )
+    parser.add_argument("--imports", action="store_true", help="list every WASI import (by default: a count)")
     parser.add_argument(
         "--no-imports", action="store_true", help="do not compile the component to list imports"
     )
@@ -102,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**report, "ok": refused is None, **({"error": refused.to_dict()} if refused else {})})
         return EXIT_OK if refused is None else EXIT_FAILED
-    render(report, stdout_console())
+    render(report, stdout_console(), imports=args.imports)
     if refused is not None:
         raise refused
     return EXIT_OK
@@ -122,121 +129,163 @@ def _first_refusal(report: Mapping[str, Any]) -> ComponentRefused | None:
     return None
 
 
-def render(report: Mapping[str, Any], console: Console) -> None:
-    """Print a report as tables."""
+def render(report: Mapping[str, Any], console: Console, *, imports: bool = False) -> None:
+    """Print a report for people: what a reviewer decides on first, details after.
+
+    Sections that would wrap in the console's width are printed one field per line
+    (``sdk.commands._layout``); WASI imports are a count unless ``imports``.
+    """
     if report["kind"] == "lock":
-        console.print(f"[bold]lock[/] {cell(report['path'])}  generation {report['generation']}")
-        console.print(f"  digest   {report['digest']}\n  previous {report['previous']}")
+        console.print(f"lock {cell(report['path'])}  generation {report['generation']}", highlight=False)
+        console.print(f"  digest   {report['digest']}\n  previous {report['previous']}", highlight=False)
     for package in report["packages"]:
-        _render_package(package, console)
+        _render_package(package, console, imports=imports)
     for source in report.get("mcp", []):
         render_mcp_source(source, console)
 
 
-def _render_package(p: Mapping[str, Any], console: Console) -> None:
-    console.rule(f"[bold]{p['name']}@{p['version']}")
-    if p["description"]:
-        console.print(cell(p["description"]))
-    sig = p["signature"]
-    signed = (
-        "n/a (bundle)" if sig is None else (f"verified, key {sig['key_id']}" if sig["signed"] else "unsigned")
-    )
-    console.print(f"bundle {cell(p['bundle'])}\nmanifest sha256 {p['manifest_sha256']}")
-    if p.get("source"):
-        console.print(f"source {cell(p['source'])}")
-    console.print(f"module sha256   {p['module_sha256']}\nsignature       {signed}")
-    console.print(_network_table(p["http"]))
-    console.print(_credentials_table(p["http"]))
-    console.print(_limits_table(p))
-    console.print(_tools_table(p["tools"]))
-    console.print(_schemas_table(p["tools"]))
-    if p["component"] is not None:
-        console.print(_imports_table(p["component"]))
+_RISKS = ("low", "medium", "high")
 
 
-class _Table(Table):
-    """A table whose cells wrap instead of being cut (a reviewer must see every character)
-    and whose cells are untrusted text: control characters and rich markup are escaped."""
-
-    def add_row(self, *cells: Any, **kwargs: Any) -> None:
-        super().add_row(*(cell(value) for value in cells), **kwargs)
-
-
-def _table(title: str, *columns: str, lines: bool = False) -> _Table:
-    table = _Table(title=cell(title), title_justify="left", show_lines=lines)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    return table
-
-
-def _network_table(http: Mapping[str, Any]) -> Table:
-    table = _table(
-        "network: reachable origins (nothing else)", "scheme://host:port", "path prefix", "methods"
-    )
-    for entry in http["allow"]:
-        table.add_row(entry["origin"], entry["path_prefix"], ", ".join(entry["methods"]))
-    if not http["allow"]:
-        table.add_row("(none: no network)", "", "")
-    return table
-
-
-def _credentials_table(http: Mapping[str, Any]) -> Table:
-    table = _table(
-        "credentials injected by the host (never seen by the plugin)",
-        "secret",
-        "injected as",
-        "hosts",
-        "path prefixes",
-        "required",
-    )
-    for c in http["credentials"]:
-        required = "no (optional)" if c["optional"] else "yes"
-        table.add_row(
-            c["secret"], c["injected_as"], ", ".join(c["hosts"]), ", ".join(c["path_prefixes"]), required
+def summary_lines(p: Mapping[str, Any]) -> list[str]:
+    """The risk summary of one package: the facts a reviewer decides on, one per line."""
+    tools = p["tools"]
+    effects: dict[str, int] = {}
+    for tool in tools:
+        effects[tool["effect"]] = effects.get(tool["effect"], 0) + 1
+    asking = [t["name"] for t in tools if t["effect"] != "read"]
+    risk = max((t["risk"] for t in tools), key=_RISKS.index, default="-")
+    allow = p["http"]["allow"]
+    flags = [
+        label
+        for label, hit in (
+            ("wildcard hosts", any(e["host"].startswith("*.") for e in allow)),
+            ("plain http", any(e["scheme"] == "http" for e in allow)),
+            ("non-default ports", any(e["origin"].rsplit(":", 1)[1] not in ("443", "80") for e in allow)),
+            ("all paths", any(e["path_prefix"] in ("", "/") for e in allow)),
         )
-    if not http["credentials"]:
-        table.add_row("(none)", "", "", "", "")
-    return table
+        if hit
+    ]
+    network = f"{len(allow)} origin(s)" + (f" ({', '.join(flags)})" if flags else "") if allow else "none"
+    secrets = sorted({c["secret"] for c in p["http"]["credentials"]})
+    return [
+        f"tools        {len(tools)}: " + ", ".join(f"{n} {e}" for e, n in sorted(effects.items())),
+        f"approval     {', '.join(asking) if asking else 'none by default (every tool is read)'}",
+        f"highest risk {risk}",
+        f"network      {network}",
+        f"secrets      {', '.join(secrets) if secrets else 'none'}",
+    ]
 
 
-def _limits_table(p: Mapping[str, Any]) -> Table:
-    table = _table("limits", "limit", "value", "unit")
-    for name, value in p["limits"].items():
-        table.add_row(f"limits.{name}", f"{value:,}", _LIMIT_UNITS.get(name, ""))
-    for name in ("max_request_bytes", "max_response_bytes", "timeout_ms"):
-        table.add_row(f"http.{name}", f"{p['http'][name]:,}", _LIMIT_UNITS.get(name, "ms"))
-    return table
+def _signer(p: Mapping[str, Any]) -> str:
+    sig = p["signature"]
+    if sig is None:
+        return "n/a (a bundle; signatures are checked in a lock)"
+    return f"key {sig['key_id']} (verified)" if sig["signed"] else "UNSIGNED"
 
 
-def _tools_table(tools: list[Mapping[str, Any]]) -> Table:
-    table = _table("tools", "tool", "effect", "risk", "permissions", "timeout", "rate limit", lines=True)
-    for t in tools:
+def _render_package(p: Mapping[str, Any], console: Console, *, imports: bool) -> None:
+    console.rule(cell(f"{p['name']}@{p['version']}"))
+    if p["description"]:
+        console.print(cell(p["description"]), highlight=False)
+    console.print(f"signer       {cell(_signer(p))}", highlight=False)
+    for line in summary_lines(p):
+        console.print(cell(line), highlight=False)
+    emit(console, "tools", ("tool", "effect", "risk", "permissions", "timeout", "rate limit"), _tool_rows(p))
+    emit(
+        console,
+        "egress: reachable origins (nothing else)",
+        ("scheme://host:port", "path prefix", "methods"),
+        _egress_rows(p),
+    )
+    emit(
+        console,
+        "credentials injected by the host (never seen by the plugin)",
+        ("secret", "injected as", "hosts", "path prefixes", "required"),
+        _credential_rows(p),
+    )
+    emit(console, "limits", ("limit", "value", "unit"), _limit_rows(p))
+    emit(
+        console,
+        "tool schemas (* = required)",
+        ("tool", "input", "output"),
+        [(t["name"], t["input"], t["output"]) for t in p["tools"]],
+    )
+    console.print(f"bundle          {cell(p['bundle'])}", highlight=False)
+    if p.get("source"):
+        console.print(f"source          {cell(p['source'])}", highlight=False)
+    console.print(
+        f"manifest sha256 {p['manifest_sha256']}\nmodule sha256   {p['module_sha256']}", highlight=False
+    )
+    if p["component"] is not None:
+        _render_component(p["component"], console, imports=imports)
+
+
+def _tool_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    rows = []
+    for t in p["tools"]:
         rate = t["rate_limit"]
         rate_text = f"{rate['per_minute']}/min, {rate['per_hour']}/h" if rate else "none"
-        permissions = ", ".join(t["permissions"]) or "-"
-        table.add_row(
-            f"{t['name']}@{t['version']}",
-            t["effect"],
-            t["risk"],
-            permissions,
-            f"{t['timeout_s']} s",
-            rate_text,
+        rows.append(
+            (
+                f"{t['name']}@{t['version']}",
+                t["effect"],
+                t["risk"],
+                ", ".join(t["permissions"]) or "-",
+                f"{t['timeout_s']} s",
+                rate_text,
+            )
         )
-    return table
+    return rows
 
 
-def _schemas_table(tools: list[Mapping[str, Any]]) -> Table:
-    table = _table("tool schemas (* = required)", "tool", "input", "output", lines=True)
-    for t in tools:
-        table.add_row(t["name"], t["input"], t["output"])
-    return table
+def _egress_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    rows = [(e["origin"], e["path_prefix"], ", ".join(e["methods"])) for e in p["http"]["allow"]]
+    return rows
 
 
-def _imports_table(component: Mapping[str, Any]) -> Table:
+def _credential_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    rows = [
+        (
+            c["secret"],
+            c["injected_as"],
+            ", ".join(c["hosts"]),
+            ", ".join(c["path_prefixes"]),
+            "no (optional)" if c["optional"] else "yes",
+        )
+        for c in p["http"]["credentials"]
+    ]
+    return rows
+
+
+def _limit_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    rows = [
+        (f"limits.{name}", f"{value:,}", _LIMIT_UNITS.get(name, "")) for name, value in p["limits"].items()
+    ]
+    rows += [
+        (f"http.{name}", f"{p['http'][name]:,}", _LIMIT_UNITS.get(name, "ms"))
+        for name in ("max_request_bytes", "max_response_bytes", "timeout_ms")
+    ]
+    return rows
+
+
+def _render_component(component: Mapping[str, Any], console: Console, *, imports: bool) -> None:
     verdict = "accepted" if component["accepted"] else f"REFUSED: {component['refusal']['message']}"
-    table = _table(f"component imports ({verdict})", "interface", "functions")
-    for item in component["imports"]:
-        table.add_row(item["name"], ", ".join(item["functions"]) or "-")
-    if not component["imports"]:
-        table.add_row("(none)", "")
-    return table
+    listed = component["imports"]
+    wasi = [item for item in listed if str(item["name"]).startswith("wasi:")]
+    other = [item for item in listed if not str(item["name"]).startswith("wasi:")]
+    console.print(f"component    {cell(verdict)}", highlight=False)
+    shown = listed if imports else other
+    emit(
+        console,
+        "component imports",
+        ("interface", "functions"),
+        [(item["name"], ", ".join(item["functions"]) or "-") for item in shown],
+    )
+    if wasi and not imports:
+        functions = sum(len(item["functions"]) for item in wasi)
+        console.print(
+            f"WASI imports: {len(wasi)} interfaces, {functions} functions "
+            "(linked, granting nothing; --imports lists them)",
+            highlight=False,
+        )

@@ -35,7 +35,6 @@ from typing import Any
 from host.errors import ComponentRefused
 from host.lock import LoadedLock, LockEntry, LockState
 from sdk.commands._common import (
-    DEFAULT_LOCK,
     EXIT_OK,
     CommandFailed,
     print_json,
@@ -153,7 +152,7 @@ def register(sub: Any) -> None:
 
 def _lock_and_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--lock", type=Path, default=DEFAULT_LOCK, help="lock file (default: ./stockade.lock)"
+        "--lock", type=Path, default=None, help="lock file (default: the config file's, ./stockade.lock)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 

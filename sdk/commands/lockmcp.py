@@ -160,7 +160,7 @@ def _print_drift(name: str, rows: list[dict[str, Any]]) -> None:
 
 def render_mcp_source(source: dict[str, Any], console: Any) -> None:
     """Print one MCP source of an inspect report (``stockade inspect LOCK``)."""
-    from rich.table import Table  # noqa: PLC0415 - only the inspect report needs rich tables
+    from rich.table import Table
 
     title = f"MCP source {cell(source['name'])}@{source['version']}"
     console.rule(f"[bold]{title}[/] (a native process, not a sandbox)")

@@ -27,13 +27,12 @@ signed; 2 usage error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from host._files import open_regular
-from host.audit import VerifyReport, verify
-from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
 from host.errors import AuditUnavailable
 from sdk.commands._common import (
     EXIT_FAILED,
@@ -47,6 +46,16 @@ from sdk.commands._common import (
     state_dir,
 )
 
+if TYPE_CHECKING:  # host.audit imports cryptography and pydantic: only `log verify` needs them
+    from host.audit import VerifyReport
+
+PUBLIC_KEY_FILE: Final = "audit-key.pub"  # host.auditkey.PUBLIC_KEY_FILE (a test pins them equal)
+
+_OVERVIEW = """The audit log: `log show` prints it for people (one line per record, newest last:
+time, principal, tool, effect, outcome, code, duration, HTTP hosts; --follow, --since,
+--tool, --principal, --last, --json; --all adds the signed checkpoints); `log verify
+FILE` checks its hash chain and signed checkpoints. See `stockade log ACTION --help`."""
+
 
 def _hash(text: str) -> str:
     if len(text) != 64 or any(ch not in "0123456789abcdef" for ch in text):
@@ -56,8 +65,16 @@ def _hash(text: str) -> str:
 
 def register(sub: Any) -> None:
     """Add the ``log`` subcommand."""
-    parser = sub.add_parser("log", help="audit log tools", description="Audit log tools.")
+    parser = sub.add_parser(
+        "log",
+        help="the audit log: show, verify",
+        description=_OVERVIEW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     inner = parser.add_subparsers(dest="log_command", metavar="ACTION", required=True)
+    from sdk.commands._logshow import register_show
+
+    register_show(inner)
     check = inner.add_parser(
         "verify",
         help="verify the hash chain and signed checkpoints of an audit log",
@@ -115,7 +132,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 def run_export(args: argparse.Namespace) -> int:
     """Export one chain; 0 written, 1 store failure."""
-    from host.store.chain import export_chain, pick_chain  # noqa: PLC0415 - optional psycopg
+    from host.store.chain import export_chain, pick_chain
 
     with _store(args) as store:
         chain = pick_chain(store, args.chain)
@@ -163,6 +180,13 @@ def _signing_summary(report: VerifyReport, files: list[Path]) -> str:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the chain and checkpoints; 0 intact, 1 broken."""
+    if not os.path.lexists(args.file):
+        raise CommandFailed(
+            "AUDIT_LOG_NOT_FOUND",
+            f"{args.file} not found",
+            hint="check the path: the host writes the audit log the host config names, "
+            "by default <state-dir>/audit.log (`stockade log show` finds it)",
+        )
     # A FIFO, device or directory is refused before anything reads it (issue 9.8: a FIFO
     # used to block for ever), with the same non-blocking check as every other read.
     try:
@@ -174,11 +198,14 @@ def run_verify(args: argparse.Namespace) -> int:
             "AUDIT_LOG_BROKEN", exc.message, hint="pass the audit log itself (a regular file)"
         ) from None
     files = _key_files(args)
+    from host.audit import verify
+    from host.auditkey import load_public_keys
+
     keys = load_public_keys(files) if files else None
     if args.file is not None:
         report = verify(args.file, expected_head=args.expected_head, keys=keys)
     else:
-        from host.store.chain import pick_chain, verify_chain  # noqa: PLC0415 - optional psycopg
+        from host.store.chain import pick_chain, verify_chain
 
         with _store(args) as store:
             chain = pick_chain(store, args.chain)

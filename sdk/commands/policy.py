@@ -15,26 +15,34 @@ Example::
     stockade policy role agent --allow tool.call:tracker.list-issues issues.read \\
                                --ask tool.call:tracker.create-issue issues.write
     stockade policy grant p alice agent
+    stockade policy grant-tool p alice tracker.list-issues@1.2.0 --role agent
+    stockade policy explain p alice tracker.list-issues@1.2.0
     stockade policy show
+
+``grant-tool`` adds exactly what a locked tool declares (``tool.call:NAME`` and its
+permissions) to the role you name, allowed or, with ``--ask``, needing approval, and
+binds the role to the subject. ``explain`` prints the decision for one call and why:
+each layer (engine roles, managed cap, user tool policy, session grants), the
+permissions missing, and the versions of the policy files.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from host.policy.engine import FilePolicyEngine
 from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
+    add_host_options,
     add_state_dir,
-    cell,
+    location_flags,
     print_json,
+    safe_text,
     state_dir,
-    stdout_console,
+    verified_lock,
 )
 
 
@@ -58,7 +66,7 @@ def register(sub: Any) -> None:
         action.add_argument("project")
         action.add_argument("subject")
         action.add_argument("role")
-    show = inner.add_parser("show", help="print roles, bindings and versions")
+    show = inner.add_parser("show", help="print roles (one permission per line), bindings and versions")
     for action, func in (
         (init, run_init),
         (role, run_role),
@@ -69,17 +77,49 @@ def register(sub: Any) -> None:
         add_state_dir(action)
         action.add_argument("--json", action="store_true", help="machine-readable output")
         action.set_defaults(func=func)
+    _register_tool_actions(inner)
 
 
-def _path(args: argparse.Namespace) -> Any:
+def _register_tool_actions(inner: Any) -> None:
+    grant_tool = inner.add_parser(
+        "grant-tool",
+        help="grant exactly what a locked tool declares to a role, and bind it to a subject",
+        description="Add tool.call:NAME and every permission the locked tool declares to ROLE "
+        "(allowed, or needing approval with --ask), creating the role if needed, and bind ROLE "
+        "to SUBJECT in PROJECT. Reads the lock (verified, nothing compiled).",
+    )
+    explain = inner.add_parser(
+        "explain",
+        help="the decision for one call and why, layer by layer",
+        description="Print the decision policy would make for SUBJECT in PROJECT calling "
+        "TOOL@VERSION: each permission's answer from the roles, the managed cap, the user tool "
+        "policy and session grants, what is missing, and the policy file versions. "
+        "Exit 0 allowed, 1 denied, 3 needs approval.",
+    )
+    for action, func in ((grant_tool, run_grant_tool), (explain, run_explain)):
+        action.add_argument("project")
+        action.add_argument("subject")
+        action.add_argument("tool", metavar="TOOL@VERSION")
+        add_host_options(action)
+        action.add_argument("--json", action="store_true", help="machine-readable output")
+        action.set_defaults(func=func)
+    grant_tool.add_argument("--role", required=True, help="the role to add the permissions to")
+    grant_tool.add_argument("--ask", action="store_true", help="the permissions need a person's approval")
+
+
+def _path(args: argparse.Namespace) -> Path:
     return state_dir(args) / "policy.json"
 
 
-def _engine(args: argparse.Namespace) -> FilePolicyEngine:
+def _engine(args: argparse.Namespace) -> Any:
+    from host.policy.engine import FilePolicyEngine
+
     path = _path(args)
     if not path.exists():
         raise CommandFailed(
-            "POLICY_MISSING", f"{path} does not exist", hint="run `stockade policy init` first"
+            "POLICY_MISSING",
+            f"{path} does not exist",
+            hint=f"run `stockade policy init{location_flags(args)}` first",
         )
     return FilePolicyEngine(path)
 
@@ -98,6 +138,8 @@ def _done(args: argparse.Namespace, what: str, fence: Any) -> int:
 
 def run_init(args: argparse.Namespace) -> int:
     """Create the file."""
+    from host.policy.engine import FilePolicyEngine
+
     path = _path(args)
     if path.exists():
         raise CommandFailed(
@@ -126,30 +168,107 @@ def run_revoke(args: argparse.Namespace) -> int:
     return _done(args, f"revoked {args.role} from {args.subject} in {args.project}", fence)
 
 
-def run_show(args: argparse.Namespace) -> int:
-    """Print the file's content."""
+def _document(args: argparse.Namespace) -> dict[str, Any]:
     _engine(args).fence()  # validates the file (PolicyUnavailable if broken)
-    document = json.loads(_path(args).read_text(encoding="utf-8"))
+    document: dict[str, Any] = json.loads(_path(args).read_text(encoding="utf-8"))
+    return document
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print the file's content: one permission per line, never a wrapped table."""
+    document = _document(args)
     if args.json:
         print_json(document)
         return EXIT_OK
-    table = Table(
-        title=f"policy {_path(args)}  "
-        f"(versions {document['policy_version']}/{document['role_binding_version']})"
+    print(
+        f"policy {safe_text(_path(args))}\n"
+        f"  policy version {document['policy_version']}, "
+        f"role-binding version {document['role_binding_version']}"
     )
-    for column in ("role", "allow", "ask", "bound to"):
-        table.add_column(column)
     bound: dict[str, list[str]] = {}
-    for project, subjects in document["bindings"].items():
-        for subject, roles in subjects.items():
+    for project, subjects in sorted(document["bindings"].items()):
+        for subject, roles in sorted(subjects.items()):
             for role in roles:
-                bound.setdefault(role, []).append(f"{subject}@{project}")
+                bound.setdefault(role, []).append(f"{subject} in {project}")
+    if not document["roles"]:
+        print("no roles: every call is denied (add one with `stockade policy grant-tool`)")
     for name, role in sorted(document["roles"].items()):
-        table.add_row(
-            cell(name),
-            cell("\n".join(role.get("allow", []))),
-            cell("\n".join(role.get("ask", []))),
-            cell(", ".join(bound.get(name, []))),
-        )
-    stdout_console().print(table)
+        print(f"role {safe_text(name)}")
+        for kind in ("allow", "ask"):
+            for permission in role.get(kind, []):
+                print(f"  {kind:<6} {safe_text(permission)}")
+        for where in bound.get(name, []) or ["(not bound to anyone)"]:
+            print(f"  bound  {safe_text(where)}")
     return EXIT_OK
+
+
+def _split_tool(text: str) -> tuple[str, str]:
+    name, sep, version = text.partition("@")
+    if not sep or not name or not version:
+        raise CommandFailed("USAGE", f"expected TOOL@VERSION, got {text!r}", hint="e.g. echo.say@1.0.0")
+    return name, version
+
+
+def _locked_tool(args: argparse.Namespace) -> Any:
+    """The locked ToolSpec named by ``args.tool`` (exact name and version)."""
+    from host.errors import ToolNotFound
+
+    name, version = _split_tool(args.tool)
+    loaded = verified_lock(
+        args.lock, trusted_keys=args.trusted_keys, require_signatures=bool(args.require_signatures)
+    )
+    offered = []
+    for package in loaded.packages:
+        for tool in package.manifest.tools:
+            if (tool.name, tool.version) == (name, version):
+                return tool
+            offered.append(f"{tool.name}@{tool.version}")
+    raise ToolNotFound(
+        f"no tool {name}@{version} in {args.lock}",
+        hint=f"tools in the lock: {', '.join(offered) or 'none'}",
+    )
+
+
+def _required(tool: Any) -> list[str]:
+    return [f"tool.call:{tool.name}", *tool.permissions]
+
+
+def run_grant_tool(args: argparse.Namespace) -> int:
+    """Add the tool's permissions to a role and bind it."""
+    tool = _locked_tool(args)
+    engine = _engine(args)
+    role = _document(args)["roles"].get(args.role, {})
+    allow, ask = list(role.get("allow", [])), list(role.get("ask", []))
+    target = ask if args.ask else allow
+    added = [p for p in _required(tool) if p not in allow and p not in target]
+    target.extend(added)
+    engine.set_role(args.role, allow=allow, ask=[p for p in ask if p not in allow])
+    fence = engine.grant_role(args.project, args.subject, args.role)
+    kind = "ask" if args.ask else "allow"
+    if args.json:
+        print_json(
+            {
+                "ok": True,
+                "role": args.role,
+                kind: added,
+                "policy_version": fence.policy_version,
+                "role_binding_version": fence.role_binding_version,
+            }
+        )
+        return EXIT_OK
+    print(f"role {args.role}: {kind} {len(added)} new permission(s) for {tool.name}@{tool.version}")
+    for permission in added:
+        print(f"  {kind:<6} {safe_text(permission)}")
+    return _done(args, f"bound {args.role} to {args.subject} in {args.project}", fence)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """Explain the decision layer by layer; exit 0 allow, 1 deny, 3 approval."""
+    from sdk.commands._policyexplain import explain, render
+
+    report = explain(args, _locked_tool(args), _engine(args), _document(args))
+    if args.json:
+        print_json(report)
+    else:
+        render(report)
+    return {"allow": 0, "deny": 1, "approval": 3}[str(report["decision"])]

@@ -111,10 +111,10 @@ def _principal(args: argparse.Namespace) -> Principal | None:
 def run(args: argparse.Namespace) -> int:
     """Open the host and serve until the transport ends."""
     try:
-        import anyio  # noqa: PLC0415  # the optional extra stockade[mcp] brings these
+        import anyio  # the optional extra stockade[mcp] brings these
 
-        from host.mcp.server import ServeOptions, StockadeMCP  # noqa: PLC0415
-        from host.mcp.transport import check_bind, serve_http, serve_stdio  # noqa: PLC0415
+        from host.mcp.server import ServeOptions, StockadeMCP
+        from host.mcp.transport import check_bind, serve_http, serve_stdio
     except ImportError as exc:
         raise UsageFailed(
             "MCP_UNAVAILABLE",
@@ -162,9 +162,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _verifier(args: argparse.Namespace) -> Any:
     """The bearer-token verifier of the HTTP transport, or ``None`` (no authentication)."""
-    from host.mcp.oauth import JwtVerifier  # noqa: PLC0415  # optional extra
-    from host.mcp.tokens import TokenFile  # noqa: PLC0415
-    from host.mcp.transport import StockadeTokenVerifier  # noqa: PLC0415
+    from host.mcp.oauth import JwtVerifier  # optional extra
+    from host.mcp.tokens import TokenFile
+    from host.mcp.transport import StockadeTokenVerifier
 
     if args.tokens is not None:
         return StockadeTokenVerifier(TokenFile(args.tokens))

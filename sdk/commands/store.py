@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
 
 def run_migrate(args: argparse.Namespace) -> int:
     """Apply pending migrations; 0 done, 1 refused."""
-    from host.store import is_postgres_spec  # noqa: PLC0415 - keeps start-up light
+    from host.store import is_postgres_spec
 
     if not args.store or not is_postgres_spec(args.store):
         raise UsageFailed(
@@ -53,8 +53,8 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def _migrate(dsn: str) -> tuple[int, int, str]:
     try:
-        from host.store._pg import Database  # noqa: PLC0415 - optional dependency (psycopg)
-        from host.store.migrations import migrate  # noqa: PLC0415
+        from host.store._pg import Database
+        from host.store.migrations import migrate
     except ImportError as exc:
         raise StoreUnavailable(
             f"the postgres store needs psycopg 3 ({exc.name} is not installed)",

@@ -38,14 +38,14 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS", help="arguments passed to pytest"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, passthrough=[])  # sdk.cli puts everything after `--` here
 
 
 def run(args: argparse.Namespace) -> int:
     """Build, warm the compile cache, run pytest; 0 when every test passed."""
     project: Path = args.dir
     check_project(project)
-    extra = [a for a in (args.pytest_args or []) if a != "--"] if args.pytest_args else []
+    extra = list(args.passthrough) or [a for a in (args.pytest_args or []) if a != "--"]
     return run_tests(project, extra)
 
 

@@ -76,7 +76,7 @@ def test_inspect_table_shows_hosts_secrets_tools_and_imports(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     for needle in ("https://api.tracker.example:443", "/v1/issues", "GET, POST", "tracker_token", "bearer",
                    "tracker.list-issues@1.2.0", "issues.read", "stockade:plugin/host@1.1.0", "http-request",
-                   "(accepted)", "limits.fuel", "2,000,000,000"):
+                   "component    accepted", "limits.fuel", "2,000,000,000"):
         assert needle in proc.stdout, needle
 
 

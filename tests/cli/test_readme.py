@@ -4,8 +4,11 @@
   ``.ci/run --print-test-command``);
 - the demo command ends in ``stockade demo``, which ``tests/integration/test_demo.py``
   runs with ``--ci``;
-- the author and reviewer quickstarts run line by line, in order, in a scratch directory,
-  with the venv's ``stockade`` on PATH.
+- the author, host (command line and Python) and reviewer quickstarts run line by line,
+  in order, in one scratch directory, each from what the previous one left behind, with
+  the venv's ``stockade`` on PATH (importing this checkout); a line ending in
+  ``# exits N`` must exit N (the reviewer's escalation), every other line 0;
+- the CI snippet's ``stockade diff --from-git`` line runs against the quickstart's repo.
 """
 
 from __future__ import annotations
@@ -48,28 +51,78 @@ def test_demo_command_installs_then_runs_the_demo() -> None:
     assert "pip install -e '.[build]'" in line and line.endswith("stockade demo")
 
 
-def _run_lines(lines: list[str], cwd: Path) -> None:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+def python_block(marker: str) -> str:
+    """The ```python block that follows ``<!-- marker``."""
+    match = re.search(rf"<!-- {re.escape(marker)}[^\n]*-->\n```python\n(.*?)```", README, re.S)
+    assert match, f"README has no {marker} block"
+    return match.group(1)
+
+
+def _env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=str(REPO),  # the `stockade` script imports this checkout, not another install
+        XDG_CACHE_HOME=str(REPO / ".stockade-cache"),  # the shared build cache
+    )
+
+
+def _run_lines(lines: list[str], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    done = []
     for line in lines:
         if line.startswith("cd "):
             cwd = cwd / line[3:].strip()
             continue
+        expected = re.search(r"# exits (\d+)", line)
         proc = subprocess.run(
-            ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+            ["bash", "-c", line], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600, check=False,
+            input="quickstart-token-0123456789\n",  # what a person types at a prompt (secrets set)
         )
-        assert proc.returncode == 0, f"{line}\n{proc.stdout}\n{proc.stderr}"
+        want = int(expected.group(1)) if expected else 0
+        assert proc.returncode == want, f"{line}\n{proc.stdout}\n{proc.stderr}"
+        done.append(proc)
+    return done
+
+
+def _git(cwd: Path, *argv: str) -> None:
+    subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True, env=dict(
+        os.environ, GIT_AUTHOR_NAME="q", GIT_AUTHOR_EMAIL="q@example.invalid",
+        GIT_COMMITTER_NAME="q", GIT_COMMITTER_EMAIL="q@example.invalid"))
 
 
 @pytest.mark.slow
-def test_author_and_reviewer_quickstarts_run_as_written(tmp_path: Path) -> None:
+def test_quickstarts_run_as_written_in_order(tmp_path: Path) -> None:
     author = block("author-quickstart")
+    host = block("host-quickstart")
     reviewer = block("reviewer-quickstart")
     assert author[0].startswith("stockade new hello") and author[1] == "cd hello"
     _run_lines(author, tmp_path)
     project = tmp_path / "hello"
     lock = json.loads((project / "stockade.lock").read_text())
     assert lock["generation"] == 1 and lock["packages"][0]["signature"]
-    _run_lines(reviewer, project)
-    relocked = json.loads((project / "stockade.lock").read_text())
-    assert relocked["generation"] == 2
-    assert (project / "reviewed.lock").exists()
+
+    ran = _run_lines(host, project)  # on the signed lock the author quickstart made
+    assert json.loads(ran[-2].stdout) == {"greeting": "Hello, Ada!"}
+    assert "p/alice  hello.greet@0.1.0  read  ok" in ran[-1].stdout
+    app = subprocess.run([sys.executable, "-c", python_block("host-app-quickstart")], cwd=project, env=_env(),
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert app.returncode == 0, app.stderr
+    assert app.stdout.strip() == "True {'greeting': 'Hello, Ada!'}"
+
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "reviewed")
+    _git(project, "update-ref", "refs/remotes/origin/main", "HEAD")
+    ran = _run_lines(reviewer, project)
+    diff = next(proc for line, proc in zip([x for x in reviewer if not x.startswith("cd ")], ran, strict=True)
+                if line.startswith("stockade diff"))
+    assert "ESCALATES" in diff.stdout and "http.wildcard" in diff.stdout and "*.example.com" in diff.stdout
+    assert json.loads((project / "stockade.lock").read_text())["generation"] == 2
+
+    snippet = re.search(r"<!-- ci-snippet[^\n]*-->\n```yaml\n(.*?)```", README, re.S)
+    assert snippet, "README has no CI snippet"
+    [command] = [line.split("- run: ", 1)[1] for line in snippet.group(1).splitlines()
+                 if "- run: stockade diff" in line]
+    gate = subprocess.run(["bash", "-c", command.replace("${{ github.base_ref }}", "main")], cwd=project,
+                          env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert gate.returncode == 3, gate.stdout + gate.stderr  # the job fails on the escalation

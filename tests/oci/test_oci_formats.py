@@ -194,7 +194,7 @@ def test_inspect_shows_the_source(tmp_path: Path, cli: Cli) -> None:
     lock = write_lock(tmp_path / "stockade.lock", [_entry(tmp_path, repository="ghcr.io/acme/echo")])
     proc = cli("inspect", str(lock), "--no-imports")
     assert proc.returncode == 0, proc.stderr
-    assert f"source oci://ghcr.io/acme/echo@{DIGEST}" in proc.stdout
+    assert ["source", f"oci://ghcr.io/acme/echo@{DIGEST}"] in [line.split() for line in proc.stdout.splitlines()]
 
 
 def test_store_path_is_content_addressed() -> None:

@@ -53,13 +53,15 @@ def run_cli(
     )
 
 
-def run_cli_tty(*args: str, cwd: Path, answer: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli_tty(
+    *args: str, cwd: Path, answer: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI with a pseudo-terminal as standard input, typing ``answer`` into it."""
     master, slave = os.openpty()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sdk.cli", *args],
-            cwd=cwd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+            cwd=cwd, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or cli_env(),
         )
         os.close(slave)
         os.write(master, answer.encode())

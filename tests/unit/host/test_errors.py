@@ -46,6 +46,7 @@ PINNED_CODES = {
     "McpTimeout": "MCP_TIMEOUT",
     "McpToolChanged": "MCP_TOOL_CHANGED",
     "StoreUnavailable": "STORE_UNAVAILABLE",
+    "ConfigInvalid": "CONFIG_INVALID",
 }
 
 

@@ -1,0 +1,224 @@
+"""The operator's host config file: ``stockade.host.toml`` (format ``stockade.host/1``).
+
+One place for what every host command would otherwise repeat (issue 13, item 1; DESIGN
+§12 "operators configure once")::
+
+    format = "stockade.host/1"
+
+    [host]
+    state_dir = ".stockade"                  # accepted lock state, policy.json, secrets, audit.log
+    lock = "stockade.lock"
+    trusted_keys = "trusted-keys.json"       # stockade.keys/1
+    trusted_operator_keys = "operator-keys.json"  # optional: the whole lock must be signed by one
+    require_signatures = true
+    store = "local"                          # state-store backend: "local" or a postgresql:// URL
+    audit = ".stockade/audit.log"            # default: <state_dir>/audit.log
+    admin_policy_dir = "/etc/stockade/admin" # managed cap (cap.json); optional
+
+Rules (fail closed): every key is optional, unknown keys and wrong types are errors
+(:class:`~host.errors.ConfigInvalid` listing every problem); relative paths are relative
+to the directory holding the file, ``~`` is expanded. Options given on a command line win
+over the file; the file wins over built-in defaults. ``require_signatures = true`` cannot
+be switched off from the command line.
+
+Which file (:func:`find_host_file`): ``--config FILE``, else ``$STOCKADE_CONFIG`` (both
+must exist), else ``./stockade.host.toml``, else ``<state dir>/stockade.host.toml`` where
+the state dir is ``--state-dir``, ``$STOCKADE_HOME`` or ``~/.stockade``; none found means
+built-in defaults.
+
+This module imports only the standard library: the CLI reads it on every host command.
+
+Example::
+
+    path = find_host_file(None, env=os.environ, cwd=Path.cwd(), state_dir=None)
+    settings = load_host_file(path) if path else None
+    lock = settings.lock if settings and settings.lock else Path("stockade.lock")
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from host.errors import ConfigInvalid
+
+# tomllib is standard from Python 3.11, tomli (the same code) below; imported by name so
+# that mypy, pinned to 3.10, does not need tomli installed (as sdk/project.py does).
+tomllib: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+
+__all__ = [
+    "CONFIG_ENV",
+    "FILE_NAME",
+    "HOST_FILE_FORMAT",
+    "HostFile",
+    "find_host_file",
+    "load_host_file",
+    "render_host_file",
+]
+
+HOST_FILE_FORMAT: Final = "stockade.host/1"
+FILE_NAME: Final = "stockade.host.toml"
+CONFIG_ENV: Final = "STOCKADE_CONFIG"
+MAX_FILE_BYTES: Final = 64 * 1024  # bytes; a larger config file is refused
+
+_PATHS: Final = ("state_dir", "lock", "trusted_keys", "trusted_operator_keys", "audit", "admin_policy_dir")
+_STORE_SCHEMES: Final = ("postgresql://", "postgres://")
+
+
+@dataclass(frozen=True, slots=True)
+class HostFile:
+    """A parsed host config file; ``None`` means "not set in the file".
+
+    Args:
+        path: the file it was read from.
+        state_dir, lock, trusted_keys, trusted_operator_keys, audit, admin_policy_dir:
+            absolute paths (``trusted_operator_keys``: keys one of which must sign the
+            whole lock, for commands that support operator-signed locks).
+        require_signatures: refuse unsigned packages.
+        store: the state-store backend (``"local"`` or a PostgreSQL URL).
+    """
+
+    path: Path
+    state_dir: Path | None = None
+    lock: Path | None = None
+    trusted_keys: Path | None = None
+    trusted_operator_keys: Path | None = None
+    require_signatures: bool | None = None
+    store: str | None = None
+    audit: Path | None = None
+    admin_policy_dir: Path | None = None
+
+
+def find_host_file(
+    explicit: Path | None, *, env: Mapping[str, str], cwd: Path, state_dir: Path | None
+) -> Path | None:
+    """The config file that applies (order in the module docstring), or ``None``.
+
+    Raises:
+        ConfigInvalid: a file named by ``--config`` or ``$STOCKADE_CONFIG`` does not exist.
+    """
+    for named, source in ((explicit, "--config"), (env.get(CONFIG_ENV) or None, f"${CONFIG_ENV}")):
+        if named is not None:
+            path = Path(named).expanduser()
+            if not path.is_file():
+                raise ConfigInvalid(
+                    f"host config file not found: {path} (named by {source})",
+                    hint="Check the path, or write one with `stockade init`.",
+                    file=str(path),
+                )
+            return path
+    local = cwd / FILE_NAME
+    if local.is_file():
+        return local
+    home = state_dir or Path(env.get("STOCKADE_HOME") or "~/.stockade")
+    candidate = home.expanduser() / FILE_NAME
+    return candidate if candidate.is_file() else None
+
+
+def load_host_file(path: Path) -> HostFile:
+    """Read and validate a host config file.
+
+    Raises:
+        ConfigInvalid: unreadable, too large, not TOML, unknown format, unknown keys or
+            wrong types (every problem listed in ``details["problems"]``).
+    """
+    path = Path(path).expanduser()
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigInvalid(
+            f"cannot read host config file {path}: {exc.strerror or exc}", file=str(path)
+        ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigInvalid(f"host config file {path} is over {MAX_FILE_BYTES} bytes", file=str(path))
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigInvalid(f"host config file {path} is not valid TOML: {exc}", file=str(path)) from None
+    problems: list[dict[str, str]] = []
+    values = _check(document, problems)
+    if problems:
+        summary = "; ".join(f"{p['loc']}: {p['msg']}" for p in problems[:5])
+        raise ConfigInvalid(
+            f"host config file {path} is invalid: {summary}", file=str(path), problems=problems
+        )
+    base = path.resolve().parent
+    resolved: dict[str, Any] = {
+        key: (base / Path(value).expanduser()) if key in _PATHS else value for key, value in values.items()
+    }
+    return HostFile(path=path, **resolved)
+
+
+def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[str, Any]:
+    if document.get("format") != HOST_FILE_FORMAT:
+        problems.append(
+            {"loc": "format", "msg": f"must be {HOST_FILE_FORMAT!r}, got {document.get('format')!r}"}
+        )
+    for key in sorted(set(document) - {"format", "host"}):
+        problems.append({"loc": key, "msg": "unknown key"})
+    table = document.get("host", {})
+    if not isinstance(table, dict):
+        problems.append({"loc": "host", "msg": "must be a table"})
+        return {}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        loc = f"host.{key}"
+        if key in _PATHS:
+            if not isinstance(value, str) or not value or "\x00" in value:
+                problems.append({"loc": loc, "msg": "must be a non-empty path string"})
+            else:
+                values[key] = value
+        elif key == "require_signatures":
+            if not isinstance(value, bool):
+                problems.append({"loc": loc, "msg": "must be true or false"})
+            else:
+                values[key] = value
+        elif key == "store":
+            if not isinstance(value, str) or not (value == "local" or value.startswith(_STORE_SCHEMES)):
+                problems.append({"loc": loc, "msg": 'must be "local" or a postgresql:// URL'})
+            else:
+                values[key] = value
+        else:
+            problems.append({"loc": loc, "msg": "unknown key"})
+    return values
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def render_host_file(
+    *,
+    state_dir: str,
+    lock: str,
+    trusted_keys: str | None,
+    require_signatures: bool,
+    store: str = "local",
+    audit: str | None = None,
+) -> str:
+    """The TOML text of a host config file (what ``stockade init`` writes).
+
+    Paths are written as given (relative ones are read relative to the file).
+    """
+    lines = [
+        "# Stockade host configuration: read by every host command (stockade call, tools, policy,",
+        "# secrets, log, lock verify, inspect, diff). Relative paths are relative to this file.",
+        f"format = {_toml_string(HOST_FILE_FORMAT)}",
+        "",
+        "[host]",
+        f"state_dir = {_toml_string(state_dir)}",
+        f"lock = {_toml_string(lock)}",
+    ]
+    if trusted_keys is not None:
+        lines.append(f"trusted_keys = {_toml_string(trusted_keys)}")
+    lines.append(f"require_signatures = {'true' if require_signatures else 'false'}")
+    lines.append(f"store = {_toml_string(store)}")
+    if audit is not None:
+        lines.append(f"audit = {_toml_string(audit)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,115 @@
+"""``stockade policy explain``: the layers of one policy decision (DESIGN §6 steps 3–4).
+
+The same rules as the gateway, asked layer by layer so each can be shown: the engine's
+answer for ``tool.call:NAME`` and every declared permission (and which of the subject's
+roles gives it), the managed cap, the user tool policy (selector or class default),
+session grants (none outside a running host), and the combination
+(:func:`host.policy.grants.final_decision`): the strictest wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from sdk.commands._common import audit_path, location_flags, safe_text, state_dir
+
+
+def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str, Any]) -> dict[str, Any]:
+    """The decision report (JSON-able) for ``args.subject`` in ``args.project`` calling ``tool``."""
+    from host.plan import Principal
+    from host.policy.engine import Effect
+    from host.policy.grants import final_decision
+    from host.policy.toolpolicy import CLASS_DEFAULTS, ToolPolicyStore, strictest
+
+    principal = Principal(project=args.project, subject=args.subject)
+    roles = document["bindings"].get(args.project, {}).get(args.subject, [])
+    permissions = []
+    for permission in [f"tool.call:{tool.name}", *tool.permissions]:
+        decision = engine.authorize(principal, args.project, permission)
+        granting = [
+            name
+            for name in roles
+            if permission in document["roles"].get(name, {}).get("allow", [])
+            or permission in document["roles"].get(name, {}).get("ask", [])
+        ]
+        permissions.append({"permission": permission, "effect": decision.effect.value, "roles": granting})
+    effects = [Effect(p["effect"]) for p in permissions]
+    engine_effect = (
+        Effect.DENY
+        if Effect.DENY in effects
+        else Effect.REQUIRE_APPROVAL
+        if Effect.REQUIRE_APPROVAL in effects
+        else Effect.ALLOW
+    )
+    effect = tool.effect.value
+    settings = getattr(args, "host_file", None)
+    store = ToolPolicyStore(
+        state_dir(args) / "tool-policy", admin_dir=settings.admin_policy_dir if settings else None
+    )
+    service = tool.name.split(".", 1)[0]
+    cap = store.cap_mode(tool=tool.name, service=service, effect=effect)
+    user = store.load(args.subject, args.project).lookup(tool=tool.name, service=service, effect=effect)
+    user_mode = user or CLASS_DEFAULTS[effect]
+    mode = strictest(cap, user_mode)
+    decision = final_decision(engine_effect, mode, False)
+    missing = [p["permission"] for p in permissions if p["effect"] == "deny"]
+    fence = engine.fence()
+    role = roles[0] if roles else "agent"
+    fix = None
+    if missing:
+        words = shlex.join([args.project, args.subject, f"{tool.name}@{tool.version}"])
+        fix = (
+            f"stockade policy grant-tool {words} --role {shlex.quote(role)}{location_flags(args, lock=True)}"
+        )
+    return {
+        "tool": f"{tool.name}@{tool.version}",
+        "principal": {"project": args.project, "subject": args.subject},
+        "decision": decision,
+        "engine": {"effect": engine_effect.value, "roles": roles, "permissions": permissions},
+        "managed_cap": {"mode": cap.value, "dir": str(settings.admin_policy_dir) if settings else None},
+        "user_tool_policy": {
+            "mode": user_mode.value,
+            "source": "user selector" if user is not None else f"class default for {effect}",
+        },
+        "tool_policy_mode": mode.value,
+        "session_grant": "none: session grants live in a running host's memory and only discharge ask",
+        "missing": missing,
+        "fix": fix,
+        "versions": {
+            "policy_file": str(engine.path),
+            "policy_version": fence.policy_version,
+            "role_binding_version": fence.role_binding_version,
+        },
+        "audit_log": str(audit_path(args)),
+    }
+
+
+def render(report: dict[str, Any]) -> None:
+    """Print the report for people, one fact per line."""
+    principal = report["principal"]
+    print(
+        f"decision: {report['decision'].upper()}  "
+        f"({safe_text(principal['subject'])} in {safe_text(principal['project'])} "
+        f"calling {safe_text(report['tool'])})"
+    )
+    engine = report["engine"]
+    print(f"1 engine roles: {engine['effect']}  (roles bound: {', '.join(engine['roles']) or 'none'})")
+    for item in engine["permissions"]:
+        via = f"via {', '.join(item['roles'])}" if item["roles"] else "no role grants it"
+        print(f"    {item['effect']:<16} {safe_text(item['permission'])}  ({via})")
+    cap = report["managed_cap"]
+    print(f"2 managed cap: {cap['mode']}" + (f"  ({safe_text(cap['dir'])})" if cap["dir"] else "  (none)"))
+    user = report["user_tool_policy"]
+    print(f"3 user tool policy: {user['mode']}  ({user['source']})")
+    print(f"4 session grant: {report['session_grant']}")
+    print("the strictest layer wins")
+    if report["missing"]:
+        print("missing: " + ", ".join(safe_text(p) for p in report["missing"]))
+        print(f"  what to do: {safe_text(report['fix'])}")
+    versions = report["versions"]
+    print(
+        f"policy file {safe_text(versions['policy_file'])}: policy version {versions['policy_version']}, "
+        f"role-binding version {versions['role_binding_version']}"
+    )
