@@ -101,7 +101,8 @@ def test_readthedocs_subdomain_allowed(h: Harness) -> None:
 )
 def test_hosts_off_the_allowlist_refused_without_a_request(h: Harness, url: str) -> None:
     result = h.call("webfetch.fetch", {"url": url})
-    assert result.error is not None and result.error.code == "TOOL_FAILED"
+    # The host refused the request, so the failure is reported as that refusal.
+    assert result.error is not None and result.error.code == "EGRESS_DENIED"
     assert "refused by the host" in result.error.message
     assert h.requests == []
 
@@ -109,7 +110,7 @@ def test_hosts_off_the_allowlist_refused_without_a_request(h: Harness, url: str)
 def test_redirect_from_allowed_docs_host_to_forbidden_host_refused(h: Harness) -> None:
     h.routes[route("GET", PAGE)] = Response(302, headers={"Location": "https://evil.example/collect"})
     result = h.call("webfetch.fetch", {"url": PAGE})
-    assert result.error is not None and result.error.code == "TOOL_FAILED"
+    assert result.error is not None and result.error.code == "EGRESS_DENIED"
     assert "redirect" in result.error.message
     assert [r.url for r in h.requests] == [PAGE]  # evil.example never saw a request
 
