@@ -180,7 +180,7 @@ def _signing_summary(report: VerifyReport, files: list[Path]) -> str:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the chain and checkpoints; 0 intact, 1 broken."""
-    if not os.path.lexists(args.file):
+    if args.file is not None and not os.path.lexists(args.file):
         raise CommandFailed(
             "AUDIT_LOG_NOT_FOUND",
             f"{args.file} not found",
