@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 import zipfile
 from pathlib import Path
 
@@ -24,7 +25,8 @@ HASH = "sha256:" + "a" * 64
 
 def _wheel(directory: Path, name: str, *, native: bool = False) -> Path:
     """A minimal valid wheel ``name-1.0`` holding one module (and a .so when native)."""
-    tag = "cp311-cp311-linux_x86_64" if native else "py3-none-any"
+    cp = f"cp{sys.version_info.major}{sys.version_info.minor}"  # installable by the running pip
+    tag = f"{cp}-{cp}-linux_x86_64" if native else "py3-none-any"
     path = directory / f"{name}-1.0-{tag}.whl"
     files = {f"{name}/__init__.py": b"VALUE = 42\n"}
     if native:
