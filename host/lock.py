@@ -88,8 +88,15 @@ from host.errors import (
     ManifestInvalid,
     SignatureInvalid,
 )
-from host.lockstate import MAX_GENERATION_STEP, AcceptedState, LockState, semver_precedence
-from host.manifest import MAX_MANIFEST_BYTES, PackageManifest, is_name, is_semver
+from host.lockstate import (
+    MAX_GENERATION_STEP,
+    AcceptedState,
+    LockState,
+    _check_name,
+    _check_version,
+    semver_precedence,
+)
+from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
 from host.mcpsource.pin import McpLockEntry, namespaces_conflict
 from host.registry import Binding, FrozenRegistry
 from host.signing import (
@@ -149,18 +156,6 @@ def _check_bundle_path(value: str) -> str:
 
 Sha256Hex = Annotated[str, AfterValidator(_check_sha256)]
 KeyId = Annotated[str, AfterValidator(check_key_id)]
-
-
-def _check_name(value: str) -> str:
-    if not is_name(value):
-        raise ValueError(f"{value[:80]!r} is not a package name")
-    return value
-
-
-def _check_version(value: str) -> str:
-    if not is_semver(value):
-        raise ValueError(f"{value[:80]!r} is not a canonical SemVer version")
-    return value
 
 
 class _Model(BaseModel):
