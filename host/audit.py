@@ -94,6 +94,7 @@ from typing import Any, Final, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from host._files import open_regular
 from host.auditkey import AuditKey, verify_signature
 from host.canonical import canonical_json, parse_json
 from host.errors import AuditUnavailable, StockadeError
@@ -289,7 +290,8 @@ def verify(
     seen_expected = expected_head is None
     checked = keys is not None
     try:
-        with open(path, "rb") as handle:
+        # Non-blocking and fstat-checked: a FIFO or directory is refused, never waited on.
+        with open_regular(Path(path), None, what="audit log", error=AuditUnavailable) as handle:
             while True:
                 raw = handle.readline(MAX_RECORD_BYTES + 1)
                 if not raw:
@@ -312,6 +314,8 @@ def verify(
                     walk.checkpoints += 1
                     walk.last_checkpoint = number
                 seen_expected = seen_expected or walk.prev == expected_head
+    except AuditUnavailable as exc:
+        return walk.report(False, walk.count + 1, f"cannot read the log: {exc.message}", checked)
     except OSError as exc:
         return walk.report(False, walk.count + 1, f"cannot read the log: {exc.strerror or exc}", checked)
     if not seen_expected:

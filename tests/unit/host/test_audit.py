@@ -419,3 +419,16 @@ def test_group_commit_one_fsync_for_a_batch_of_writers(log_path: Path, monkeypat
 def test_unknown_durability_refused(log_path: Path) -> None:
     with pytest.raises(ValueError, match="durability"):
         AuditLog(log_path, durability="eventually")  # type: ignore[arg-type]
+
+
+def test_verify_of_a_fifo_reports_broken_instead_of_blocking(tmp_path: Path) -> None:
+    # issue 9.8 at the library's depth: host.audit.verify used to open a FIFO and wait for a writer.
+    import os  # noqa: PLC0415
+
+    from host.audit import verify  # noqa: PLC0415
+
+    fifo = tmp_path / "audit.log"
+    os.mkfifo(fifo)
+    report = verify(fifo)
+    assert not report.ok and report.records == 0
+    assert "not a regular file" in report.reason
