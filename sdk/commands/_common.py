@@ -131,11 +131,12 @@ STORE_ENV: Final = "STOCKADE_STORE"
 
 
 def add_store_option(parser: argparse.ArgumentParser, *, local: bool = True) -> None:
-    """Add ``--store`` (default: ``$STOCKADE_STORE``, else ``local`` when allowed)."""
-    default = os.environ.get(STORE_ENV) or ("local" if local else None)
+    """Add ``--store`` (default: ``$STOCKADE_STORE``, else the host config file's ``store``,
+    else ``local`` when allowed: an unset option stays ``None`` until :func:`apply_host_file`
+    has had its say, and ``None`` means ``local`` to the commands that allow it)."""
     parser.add_argument(
         "--store",
-        default=default,
+        default=os.environ.get(STORE_ENV),
         metavar="local|postgresql://…",
         help=(
             f"the state store: {'local (default: files under the state dir) or ' if local else ''}"
@@ -159,7 +160,9 @@ def open_store_spec(spec: str) -> Any:
     return open_postgres(spec)
 
 
-_HOST_OPTIONS: Final = ("lock", "state_dir", "trusted_keys", "trusted_operator_keys", "require_signatures")
+_HOST_OPTIONS: Final = (
+    "lock", "state_dir", "trusted_keys", "trusted_operator_keys", "require_signatures", "store",
+)  # fmt: skip
 
 
 def apply_host_file(args: argparse.Namespace) -> None:

@@ -125,7 +125,7 @@ def register(sub: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    if not args.store:
+    if args.store in (None, "local"):
         raise UsageFailed("STORE_REQUIRED", "name the store: --store postgresql://… (or set STOCKADE_STORE)")
     return open_store_spec(args.store)
 

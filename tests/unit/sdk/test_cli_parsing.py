@@ -38,3 +38,20 @@ def test_demo_runs_as_ci_when_stdin_is_not_a_terminal(monkeypatch: pytest.Monkey
     monkeypatch.setattr(demo, "run_demo", lambda **kwargs: seen.update(kwargs) or 0)
     assert demo.run(argparse.Namespace(ci=flag, workdir=None)) == 0
     assert seen["ci"] is ci
+
+
+def test_host_file_store_is_used_when_the_command_line_names_none(tmp_path: Path) -> None:
+    # A config file naming a shared store must not be ignored in favour of a local one
+    # (that would silently split approvals, rate limits and the audit chain).
+    import argparse  # noqa: PLC0415
+
+    from sdk.commands._common import apply_host_file  # noqa: PLC0415
+
+    config = tmp_path / "stockade.host.toml"
+    config.write_text('format = "stockade.host/1"\n\n[host]\nstore = "postgresql://fleet@db.internal/stockade"\n')
+    args = argparse.Namespace(config=config, store=None, state_dir=None)
+    apply_host_file(args)
+    assert args.store == "postgresql://fleet@db.internal/stockade"
+    given = argparse.Namespace(config=config, store="local", state_dir=None)
+    apply_host_file(given)
+    assert given.store == "local"  # the command line wins
