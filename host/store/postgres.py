@@ -27,7 +27,8 @@ How each promise holds across processes and machines:
 - **Lock generations** (:class:`PgLockGenerations`): one state row per scope, locked
   ``FOR UPDATE``; the rules are :class:`host.lock.LockState`'s own (rollback, fork,
   downgrade), applied to the row's document; an accept sends ``NOTIFY`` so other
-  processes learn of a newer generation (:meth:`PgLockGenerations.wait_newer`).
+  processes learn of a newer generation (:meth:`PgLockGenerations.listen`, used by
+  :mod:`host.store.watch`; :meth:`PgLockGenerations.wait_newer` blocks for one).
 - **Pending approvals** (:class:`~host.store.pending.PgPendingApprovals`): the queue of
   :class:`host.approvals.ApprovalQueue` as rows, decided and redeemed once fleet-wide.
 
@@ -50,7 +51,7 @@ import json
 import secrets as _random
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
@@ -72,6 +73,7 @@ __all__ = [
     "HOST_CHAIN",
     "PgApprovals",
     "PgAuditChain",
+    "PgGenerationListener",
     "PgGrants",
     "PgLockGenerations",
     "PgRateLimits",
@@ -350,6 +352,56 @@ class PgLockGenerations:
                         break
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot listen for lock generations: {self._db.describe(exc)}") from None
+
+    def listen(self) -> PgGenerationListener:
+        """Subscribe to accept notices on a dedicated connection (for
+        :class:`host.store.watch.GenerationWatcher`).
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        return PgGenerationListener(self._dsn, describe=self._db.describe)
+
+
+class PgGenerationListener:
+    """A ``LISTEN`` connection of its own (outside the pool) whose socket a watcher selects on.
+
+    Raises:
+        StoreUnavailable: the database could not be reached (password never included).
+    """
+
+    def __init__(
+        self, dsn: str, *, describe: Callable[[BaseException], str], connect_timeout_s: int = 5
+    ) -> None:
+        self._describe = describe
+        try:
+            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot listen for lock generations: {describe(exc)}") from None
+        try:
+            self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}".encode())
+        except psycopg.Error as exc:
+            self._conn.close()
+            raise StoreUnavailable(f"cannot listen for lock generations: {describe(exc)}") from None
+
+    def fileno(self) -> int:
+        """The connection's socket (readable when a notice may have arrived)."""
+        return self._conn.fileno()
+
+    def drain(self) -> int:
+        """Consume the notices received so far; return how many.
+
+        Raises:
+            StoreUnavailable: the connection was lost.
+        """
+        try:
+            return sum(1 for _ in self._conn.notifies(timeout=0))
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"lost the lock generation listener: {self._describe(exc)}") from None
+
+    def close(self) -> None:
+        """Close the connection. Idempotent."""
+        self._conn.close()
 
 
 def _judge_in_private_dir(state: str, lock: LoadedLock, *, unsafe: bool) -> tuple[tuple[str, ...], str]:
