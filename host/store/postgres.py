@@ -45,20 +45,32 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
+import logging
 import secrets as _random
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
 
 import psycopg
 
-from host.audit import GENESIS, MAX_RECORD_BYTES, RESERVED_FIELDS
+from host.audit import (
+    CHECKPOINT_KIND,
+    CHECKPOINT_STATEMENT,
+    GENESIS,
+    MAX_RECORD_BYTES,
+    RESERVED_FIELDS,
+    checkpoint_statement,
+)
+from host.auditkey import AuditKey
 from host.canonical import canonical_json
 from host.errors import ApprovalInvalid, AuditUnavailable, StockadeError, StoreUnavailable
 from host.lock import LoadedLock, LockState
@@ -86,6 +98,8 @@ SINGLE_CHAIN: Final = "all"  # the one chain when chain_scope="single"
 NOTIFY_CHANNEL: Final = "stockade_lock_generation"
 _MAX_KIND_CHARS: Final = 128
 
+_log = logging.getLogger("stockade.store")
+
 ChainScope = Literal["project", "single"]
 
 
@@ -100,6 +114,8 @@ def chain_of(payload: Mapping[str, object], scope: ChainScope) -> str:
 def _check_record_args(kind: str, payload: Mapping[str, object]) -> None:
     if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
         raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
+    if kind == CHECKPOINT_KIND:
+        raise ValueError(f"{CHECKPOINT_KIND} records are written by the chain itself")
     clash = RESERVED_FIELDS.intersection(payload)
     if clash:
         raise ValueError(f"payload keys {sorted(clash)} are reserved")
@@ -121,17 +137,53 @@ def _encode(record: dict[str, Any]) -> tuple[str, str]:
 class PgAuditChain:
     """The audit sink of a :class:`PostgresStore` (see the module docstring).
 
+    Signed checkpoints (with a ``signer``) follow :class:`host.audit.AuditLog`, per
+    chain and fleet-wide: the chain's head row counts the records since its last
+    checkpoint (``checkpoint_seq``) and when that was written (``checkpoint_at``, the
+    database's clock). In the transaction of the append that makes ``checkpoint_every``
+    unsigned records, or the first one ``checkpoint_interval_s`` after the last
+    checkpoint, an ``audit.checkpoint`` record signed over the new head follows (reason
+    ``records`` / ``interval``); a background thread checkpoints idle chains whose
+    unsigned records are older than the interval (any process may: the head row's lock
+    lets one of them write it); :meth:`close` checkpoints the chains this process wrote
+    to (``close``). The record is byte for byte the file log's, so ``stockade log
+    verify --key`` checks it in place and in an export.
+
     Args:
         db: the store's connection pool.
         scope: ``"project"`` (one chain per project) or ``"single"``.
         clock: wall-clock seconds for the ``time`` field.
+        signer: the key that signs checkpoints (``None``: no checkpoints).
+        checkpoint_every: records between two checkpoints of a chain (at most).
+        checkpoint_interval_s: seconds after which a chain's unsigned records get one.
     """
 
-    def __init__(self, db: Database, *, scope: ChainScope, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        scope: ChainScope,
+        clock: Any = time.time,
+        signer: AuditKey | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
+    ) -> None:
+        if checkpoint_every <= 0 or not checkpoint_interval_s > 0:
+            raise ValueError("checkpoint_every and checkpoint_interval_s must be positive")
         self._db = db
         self.scope: ChainScope = scope
         self._clock = clock
+        self._signer = signer
+        self._every = checkpoint_every
+        self._interval_s = float(checkpoint_interval_s)
         self._closed = False
+        self._touched: set[str] = set()  # chains this process appended to (close checkpoints)
+        self._touched_guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if signer is not None:
+            self._thread = threading.Thread(target=self._tick, name="stockade-pg-checkpoint", daemon=True)
+            self._thread.start()
 
     def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
         """Append one record to its chain in one transaction; return its hash.
@@ -141,7 +193,7 @@ class PgAuditChain:
 
         Raises:
             AuditUnavailable: not committed (database down, record too large, closed).
-            ValueError: an empty kind or a reserved payload key.
+            ValueError: an empty kind, the checkpoint kind or a reserved payload key.
         """
         _check_record_args(kind, payload)
         if self._closed:
@@ -155,21 +207,75 @@ class PgAuditChain:
         return self._db.run(op, what="append to the audit chain", idempotent=False, error=AuditUnavailable)
 
     def append_in(self, conn: Conn, chain: str, kind: str, payload: Mapping[str, object]) -> str:
-        """Append inside the caller's open transaction (the caller commits)."""
-        head = "SELECT seq, head FROM audit_chains WHERE chain = %s FOR UPDATE"
-        row = conn.execute(head, (chain,)).fetchone()
+        """Append inside the caller's open transaction (the caller commits); a checkpoint
+        follows in the same transaction when one is due."""
+        head = self._lock_head(conn, chain)
+        digest = self._insert(conn, chain, head, kind, payload, stamp=self._stamp())
+        self._checkpoint_in(conn, chain, _Head(head.seq + 1, digest, head.signed, head.stale), closing=False)
+        if self._signer is not None and chain not in self._touched:
+            with self._touched_guard:
+                self._touched.add(chain)
+        return digest
+
+    def checkpoint_due(self, *, closing: bool = False) -> int:
+        """Checkpoint the chains that are due: unsigned records older than the interval
+        (any chain), or, ``closing``, unsigned records in a chain this process wrote to.
+        Returns how many checkpoints were written.
+
+        Raises:
+            AuditUnavailable: the database could not be read or written.
+        """
+        if self._signer is None:
+            return 0
+        if closing:
+            with self._touched_guard:
+                chains = sorted(self._touched)
+        else:
+            chains = self._db.run(self._stale_chains, what="find chains due for a checkpoint",
+                                  idempotent=True, error=AuditUnavailable)
+
+        written = 0
+        for chain in chains:
+
+            def op(conn: Conn, chain: str = chain) -> bool:
+                with committing(conn):
+                    return self._checkpoint_in(conn, chain, self._lock_head(conn, chain), closing=closing)
+
+            written += self._db.run(
+                op, what="write an audit checkpoint", idempotent=False, error=AuditUnavailable
+            )
+        return written
+
+    def _stale_chains(self, conn: Conn) -> list[str]:
+        rows = conn.execute(
+            "SELECT chain FROM audit_chains WHERE seq > checkpoint_seq "
+            "AND now() - checkpoint_at >= make_interval(secs => %s) ORDER BY chain",
+            (self._interval_s,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def _lock_head(self, conn: Conn, chain: str) -> _Head:
+        query = (
+            "SELECT seq, head, checkpoint_seq, now() - checkpoint_at >= make_interval(secs => %s) "
+            "FROM audit_chains WHERE chain = %s FOR UPDATE"
+        )
+        row = conn.execute(query, (self._interval_s, chain)).fetchone()
         if row is None:  # the chain's first record: create its head row (racing writers wait here)
             conn.execute(
                 "INSERT INTO audit_chains (chain, seq, head) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",
                 (chain, GENESIS),
             )
-            row = conn.execute(head, (chain,)).fetchone()
+            row = conn.execute(query, (self._interval_s, chain)).fetchone()
         if row is None:  # pragma: no cover - inserted just above
             raise AuditUnavailable(f"audit chain {chain!r} has no head row")
-        seq = int(row[0]) + 1
-        record: dict[str, Any] = {
-            **payload, "seq": seq, "time": int(self._clock() * 1000), "prev": str(row[1]), "kind": kind
-        }
+        return _Head(int(row[0]), str(row[1]), int(row[2]), bool(row[3]))
+
+    def _insert(
+        self, conn: Conn, chain: str, after: _Head, kind: str, payload: Mapping[str, object], *, stamp: int
+    ) -> str:
+        """Insert a record after ``after`` (the locked head) and move the head; return its hash."""
+        seq = after.seq + 1
+        record: dict[str, Any] = {**payload, "seq": seq, "time": stamp, "prev": after.head, "kind": kind}
         digest, line = _encode(record)
         conn.execute(
             "INSERT INTO audit_records (chain, seq, hash, line) VALUES (%s, %s, %s, %s)",
@@ -178,9 +284,74 @@ class PgAuditChain:
         conn.execute("UPDATE audit_chains SET seq = %s, head = %s WHERE chain = %s", (seq, digest, chain))
         return digest
 
+    def _checkpoint_in(self, conn: Conn, chain: str, head: _Head, *, closing: bool) -> bool:
+        """Append a signed checkpoint over ``head`` if one is due; True if written."""
+        unsigned = head.seq - head.signed
+        if self._signer is None or unsigned <= 0:
+            return False
+        if closing:
+            reason = "close"
+        elif unsigned >= self._every:
+            reason = "records"
+        elif head.stale:
+            reason = "interval"
+        else:
+            return False
+        stamp = self._stamp()
+        key_id = self._signer.key_id
+        statement = checkpoint_statement(
+            head=head.head, count=head.seq, time=stamp, key_id=key_id, reason=reason
+        )
+        payload = {
+            "statement": CHECKPOINT_STATEMENT,
+            "head": head.head,
+            "count": head.seq,
+            "key_id": key_id,
+            "reason": reason,
+            "signature": base64.b64encode(self._signer.sign(statement)).decode("ascii"),
+        }
+        self._insert(conn, chain, head, CHECKPOINT_KIND, payload, stamp=stamp)
+        conn.execute(
+            "UPDATE audit_chains SET checkpoint_seq = %s, checkpoint_at = now() WHERE chain = %s",
+            (head.seq + 1, chain),
+        )
+        return True
+
+    def _stamp(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _tick(self) -> None:
+        """The checkpoint thread: every interval, sign the chains left idle and unsigned."""
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.checkpoint_due()
+            except StockadeError as exc:
+                _log.error("cannot write audit checkpoints: %s", exc.message)
+
     def close(self) -> None:
-        """Refuse further appends (the pool belongs to the store)."""
+        """Write the close checkpoints of the chains this process wrote to, then refuse
+        further appends (the pool belongs to the store). Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.checkpoint_due(closing=True)
+        except StockadeError as exc:
+            _log.error("cannot write the close audit checkpoints: %s", exc.message)
         self._closed = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A chain's head row: last ``seq`` and ``head`` hash, ``signed`` (the ``seq`` of the
+    last checkpoint) and whether that checkpoint is older than the interval."""
+
+    seq: int
+    head: str
+    signed: int
+    stale: bool
 
 
 class PgApprovals:
@@ -426,6 +597,10 @@ class PostgresStore:
         timeout_s: seconds to wait for a connection before failing closed.
         probe_interval_s: while the server is unreachable, seconds between reconnection
             probes; calls in between fail at once (0: every call probes).
+        signer: the host's audit key (:meth:`host.auditkey.AuditKey.load_or_create`):
+            audit chains get signed checkpoints (:class:`PgAuditChain`); ``None``: none.
+        checkpoint_every: records between two checkpoints of a chain (at most).
+        checkpoint_interval_s: seconds after which a chain's unsigned records get one.
 
     Raises:
         StoreUnavailable: malformed DSN, unreachable server, or a schema that is not
@@ -443,6 +618,9 @@ class PostgresStore:
         pool_size: int = 8,
         timeout_s: float = 5.0,
         probe_interval_s: float = PROBE_INTERVAL_S,
+        signer: AuditKey | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
     ) -> None:
         if chain_scope not in ("project", "single"):
             raise ValueError(f"chain_scope must be 'project' or 'single', not {chain_scope!r}")
@@ -452,7 +630,10 @@ class PostgresStore:
         except BaseException:
             self._db.close()
             raise
-        self.audit = PgAuditChain(self._db, scope=chain_scope)
+        self.audit = PgAuditChain(
+            self._db, scope=chain_scope, signer=signer,
+            checkpoint_every=checkpoint_every, checkpoint_interval_s=checkpoint_interval_s,
+        )
         self.approvals = PgApprovals(self._db, self.audit)
         self.rate_limits = PgRateLimits(self._db)
         self.grants = PgGrants(self._db)
