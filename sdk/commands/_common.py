@@ -64,6 +64,7 @@ __all__ = [
     "apply_host_file",
     "audit_path",
     "cell",
+    "checkpoint_options",
     "localize_hint",
     "location_flags",
     "open_host",
@@ -369,7 +370,7 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     policy = FilePolicyEngine(root / "policy.json")
     config = _host_config(args, root)
     spec = getattr(args, "store", None) or "local"
-    shared = None if spec == "local" else open_store_spec(spec, **_checkpoint_options(config))
+    shared = None if spec == "local" else open_store_spec(spec, **checkpoint_options(config))
     with _compile_progress(enabled=progress) as callback:
         if shared is None:
             return Host.open(
@@ -382,7 +383,7 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
         )
 
 
-def _checkpoint_options(config: HostConfig) -> dict[str, Any]:
+def checkpoint_options(config: HostConfig) -> dict[str, Any]:
     """A host's shared store signs audit checkpoints with the state dir's audit key, at
     the cadence of the local audit log."""
     from host.auditkey import AuditKey
