@@ -45,7 +45,6 @@ Example::
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -64,11 +63,11 @@ import psycopg
 
 from host.audit import (
     CHECKPOINT_KIND,
-    CHECKPOINT_STATEMENT,
     GENESIS,
-    MAX_RECORD_BYTES,
-    RESERVED_FIELDS,
-    checkpoint_statement,
+    check_append_args,
+    checkpoint_payload,
+    checkpoint_reason,
+    encode_for_append,
 )
 from host.auditkey import AuditKey
 from host.canonical import canonical_json
@@ -96,7 +95,6 @@ __all__ = [
 HOST_CHAIN: Final = "host"  # the chain of records that belong to no project (lock.accepted)
 SINGLE_CHAIN: Final = "all"  # the one chain when chain_scope="single"
 NOTIFY_CHANNEL: Final = "stockade_lock_generation"
-_MAX_KIND_CHARS: Final = 128
 
 _log = logging.getLogger("stockade.store")
 
@@ -109,29 +107,6 @@ def chain_of(payload: Mapping[str, object], scope: ChainScope) -> str:
         return SINGLE_CHAIN
     project = payload.get("project")
     return f"project:{project}" if isinstance(project, str) and project else HOST_CHAIN
-
-
-def _check_record_args(kind: str, payload: Mapping[str, object]) -> None:
-    if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
-        raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
-    if kind == CHECKPOINT_KIND:
-        raise ValueError(f"{CHECKPOINT_KIND} records are written by the chain itself")
-    clash = RESERVED_FIELDS.intersection(payload)
-    if clash:
-        raise ValueError(f"payload keys {sorted(clash)} are reserved")
-
-
-def _encode(record: dict[str, Any]) -> tuple[str, str]:
-    """(hash, line without newline) of a record, exactly as :mod:`host.audit` writes it."""
-    try:
-        digest = hashlib.sha256(canonical_json(record)).hexdigest()
-        record["hash"] = digest
-        line = canonical_json(record)
-    except StockadeError as exc:
-        raise AuditUnavailable(f"the audit record is not canonical JSON: {exc.message}") from None
-    if len(line) + 1 > MAX_RECORD_BYTES:
-        raise AuditUnavailable(f"the audit record is {len(line) + 1} bytes, over {MAX_RECORD_BYTES}")
-    return digest, line.decode("utf-8")
 
 
 class PgAuditChain:
@@ -195,7 +170,7 @@ class PgAuditChain:
             AuditUnavailable: not committed (database down, record too large, closed).
             ValueError: an empty kind, the checkpoint kind or a reserved payload key.
         """
-        _check_record_args(kind, payload)
+        check_append_args(kind, payload)
         if self._closed:
             raise AuditUnavailable("the audit chain is closed")
         chain = chain_of(payload, self.scope)
@@ -276,10 +251,10 @@ class PgAuditChain:
         """Insert a record after ``after`` (the locked head) and move the head; return its hash."""
         seq = after.seq + 1
         record: dict[str, Any] = {**payload, "seq": seq, "time": stamp, "prev": after.head, "kind": kind}
-        digest, line = _encode(record)
+        line, digest = encode_for_append(record)
         conn.execute(
             "INSERT INTO audit_records (chain, seq, hash, line) VALUES (%s, %s, %s, %s)",
-            (chain, seq, digest, line),
+            (chain, seq, digest, line[:-1].decode("utf-8")),
         )
         conn.execute("UPDATE audit_chains SET seq = %s, head = %s WHERE chain = %s", (seq, digest, chain))
         return digest
@@ -287,29 +262,11 @@ class PgAuditChain:
     def _checkpoint_in(self, conn: Conn, chain: str, head: _Head, *, closing: bool) -> bool:
         """Append a signed checkpoint over ``head`` if one is due; True if written."""
         unsigned = head.seq - head.signed
-        if self._signer is None or unsigned <= 0:
-            return False
-        if closing:
-            reason = "close"
-        elif unsigned >= self._every:
-            reason = "records"
-        elif head.stale:
-            reason = "interval"
-        else:
+        reason = checkpoint_reason(unsigned, every=self._every, stale=head.stale, closing=closing)
+        if self._signer is None or reason is None:
             return False
         stamp = self._stamp()
-        key_id = self._signer.key_id
-        statement = checkpoint_statement(
-            head=head.head, count=head.seq, time=stamp, key_id=key_id, reason=reason
-        )
-        payload = {
-            "statement": CHECKPOINT_STATEMENT,
-            "head": head.head,
-            "count": head.seq,
-            "key_id": key_id,
-            "reason": reason,
-            "signature": base64.b64encode(self._signer.sign(statement)).decode("ascii"),
-        }
+        payload = checkpoint_payload(self._signer, head=head.head, count=head.seq, time=stamp, reason=reason)
         self._insert(conn, chain, head, CHECKPOINT_KIND, payload, stamp=stamp)
         conn.execute(
             "UPDATE audit_chains SET checkpoint_seq = %s, checkpoint_at = now() WHERE chain = %s",

@@ -37,7 +37,7 @@ def test_checkpoints_follow_the_file_logs_cadence_and_verify_with_the_key(pg_dsn
         for n in range(7):
             store.audit.append("call.outcome", {"project": "p", "n": n})
         store.audit.append("call.outcome", {"project": "q", "n": 0})
-        with pytest.raises(ValueError, match="written by the chain itself"):
+        with pytest.raises(ValueError, match="written by the log itself"):
             store.audit.append(CHECKPOINT_KIND, {"project": "p"})
     with PostgresStore(pg_dsn) as store:
         p = records(store)
