@@ -69,7 +69,7 @@ from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolPolicyStore
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
-from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener
+from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
 from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
@@ -366,6 +366,7 @@ class Host:
         self._check_open()
         return self._approvals.issue(plan, ttl_s=ttl_s)
 
+    @between_swaps
     def call(
         self,
         request: CallRequest | Mapping[str, Any],
@@ -385,17 +386,17 @@ class Host:
                 CANCELLED, recorded as such in the audit log.
             progress: receives the call's stages (:data:`ProgressHook`).
         """
-        with self._gate.shared():
-            try:
-                plan = self.prepare(request)
-            except StockadeError as exc:
-                return self._refused(request, exc)
-            return self._admit_and_run(plan, plan.request.approval, cancel, progress)
+        try:
+            plan = self.prepare(request)
+        except StockadeError as exc:
+            return self._refused(request, exc)
+        return self._admit_and_run(plan, plan.request.approval, cancel, progress)
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
         return await asyncio.to_thread(self.call, request)
 
+    @between_swaps
     def execute(
         self,
         plan: InvocationPlan,
@@ -411,14 +412,13 @@ class Host:
         approval bound to that digest, principal and session. ``cancel`` and
         ``progress`` are as for :meth:`call`.
         """
-        with self._gate.shared():
-            try:
-                current = self.prepare(plan.request)
-                if current.action_digest != plan.action_digest:
-                    raise ApprovalRequired("the action changed since it was prepared; prepare it again")
-            except StockadeError as exc:
-                return self._refused(plan.request, exc, digest=plan.action_digest)
-            return self._admit_and_run(current, approval, cancel, progress)
+        try:
+            current = self.prepare(plan.request)
+            if current.action_digest != plan.action_digest:
+                raise ApprovalRequired("the action changed since it was prepared; prepare it again")
+        except StockadeError as exc:
+            return self._refused(plan.request, exc, digest=plan.action_digest)
+        return self._admit_and_run(current, approval, cancel, progress)
 
     def _admit_and_run(
         self,

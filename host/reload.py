@@ -40,13 +40,14 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from host.errors import StockadeError
 from host.store.watch import DEFAULT_POLL_S, GenerationWatcher
@@ -54,7 +55,7 @@ from host.store.watch import DEFAULT_POLL_S, GenerationWatcher
 if TYPE_CHECKING:
     from host.gateway import Host
 
-__all__ = ["CallGate", "GenerationFollower", "ReloadEvent", "Reopener"]
+__all__ = ["CallGate", "GenerationFollower", "ReloadEvent", "Reopener", "between_swaps"]
 
 _log = logging.getLogger("stockade.reload")
 
@@ -105,6 +106,27 @@ class CallGate:
             with self._cond:
                 self._swapping = False
                 self._cond.notify_all()
+
+
+class _Gated(Protocol):
+    _gate: CallGate
+
+
+_G = TypeVar("_G", bound=_Gated)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def between_swaps(method: Callable[Concatenate[_G, _P], _R]) -> Callable[Concatenate[_G, _P], _R]:
+    """Run a Host method holding its :class:`CallGate` (shared): a generation swap waits
+    for it, and it never sees half of one."""
+
+    @functools.wraps(method)
+    def gated(self: _G, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._gate.shared():
+            return method(self, *args, **kwargs)
+
+    return gated
 
 
 @dataclass(frozen=True)

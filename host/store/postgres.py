@@ -13,7 +13,8 @@ How each promise holds across processes and machines:
   commit (PostgreSQL's commit is durable, like the ``full`` mode of the file log). Writers
   of one chain queue on its head row, so the chain never forks; writers of different
   projects never wait for each other. Records are the exact canonical JSON lines of
-  :mod:`host.audit`, so an export verifies with ``stockade log verify``.
+  :mod:`host.audit`, so an export verifies with ``stockade log verify``; with a
+  ``signer``, chains carry the file log's signed checkpoints at its cadence.
 - **Approvals** (:class:`PgApprovals`): issuing inserts a row; redeeming is ``UPDATE …
   SET consumed_at = now() WHERE … AND consumed_at IS NULL AND expires_at > now()
   RETURNING`` in the same transaction as its ``approval.redeemed`` audit record, so
