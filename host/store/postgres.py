@@ -57,7 +57,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Literal
 
 import psycopg
@@ -80,6 +79,7 @@ from host.store.local import overrides_of
 from host.store.migrations import check_version
 from host.store.pending import PgPendingApprovals
 from host.store.pgcounters import PgGrants, PgRateLimits
+from host.store.port import StoreLifecycle
 
 __all__ = [
     "HOST_CHAIN",
@@ -544,7 +544,7 @@ def _judge_in_private_dir(state: str, lock: LoadedLock, *, unsafe: bool) -> tupl
         return result, judge.path.read_text(encoding="utf-8")
 
 
-class PostgresStore:
+class PostgresStore(StoreLifecycle):
     """The PostgreSQL backend (see the module docstring).
 
     Args:
@@ -645,14 +645,6 @@ class PostgresStore:
         """Close the pool. Idempotent."""
         self.audit.close()
         self._db.close()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._db.display!r})"
