@@ -51,6 +51,7 @@ import hmac
 import json
 import logging
 import secrets as _random
+import select
 import tempfile
 import threading
 import time
@@ -466,21 +467,20 @@ class PgLockGenerations:
             StoreUnavailable: the database could not be reached.
         """
         deadline = time.monotonic() + timeout_s
+        listener = self.listen()
         try:
-            wait = max(1, round(timeout_s))
-            with psycopg.connect(self._dsn, autocommit=True, connect_timeout=wait) as conn:
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}".encode())
-                while True:
-                    current = self.current_generation()
-                    if current is not None and (than is None or current > than):
-                        return current
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return None
-                    for _ in conn.notifies(timeout=left, stop_after=1):
-                        break
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot listen for lock generations: {self._db.describe(exc)}") from None
+            while True:
+                current = self.current_generation()
+                if current is not None and (than is None or current > than):
+                    return current
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                ready, _, _ = select.select([listener.fileno()], [], [], left)
+                if ready:
+                    listener.drain()
+        finally:
+            listener.close()
 
     def listen(self) -> PgGenerationListener:
         """Subscribe to accept notices on a dedicated connection (for
