@@ -116,7 +116,11 @@ __all__ = [
     "AuditLog",
     "Durability",
     "VerifyReport",
+    "check_append_args",
+    "checkpoint_payload",
+    "checkpoint_reason",
     "checkpoint_statement",
+    "encode_for_append",
     "redact_params",
     "verify",
 ]
@@ -192,6 +196,64 @@ def checkpoint_statement(*, head: str, count: int, time: int, key_id: str, reaso
             "reason": reason,
         }
     )
+
+
+def checkpoint_payload(signer: AuditKey, *, head: str, count: int, time: int, reason: str) -> dict[str, Any]:
+    """The payload of an ``audit.checkpoint`` record over ``head`` (record ``count``),
+    signed by ``signer``; the record's ``time`` must be ``time`` (it is signed too)."""
+    statement = checkpoint_statement(head=head, count=count, time=time, key_id=signer.key_id, reason=reason)
+    return {
+        "statement": CHECKPOINT_STATEMENT,
+        "head": head,
+        "count": count,
+        "key_id": signer.key_id,
+        "reason": reason,
+        "signature": base64.b64encode(signer.sign(statement)).decode("ascii"),
+    }
+
+
+def checkpoint_reason(unsigned: int, *, every: int, stale: bool, closing: bool) -> str | None:
+    """Why a checkpoint is due now (``close``, ``records``, ``interval``), or None: the
+    cadence every audit sink keeps. ``stale``: the checkpoint interval has passed."""
+    if unsigned <= 0:
+        return None
+    if closing:
+        return "close"
+    if unsigned >= every:
+        return "records"
+    return "interval" if stale else None
+
+
+def check_append_args(kind: str, payload: Mapping[str, object]) -> None:
+    """What every audit sink refuses from a caller.
+
+    Raises:
+        ValueError: an empty or too long kind, the checkpoint kind (sinks write it
+            themselves) or a reserved payload key.
+    """
+    if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
+        raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
+    if kind == CHECKPOINT_KIND:
+        raise ValueError(f"{CHECKPOINT_KIND} records are written by the log itself")
+    clash = RESERVED_FIELDS.intersection(payload)
+    if clash:
+        raise ValueError(f"payload keys {sorted(clash)} are reserved")
+
+
+def encode_for_append(record: dict[str, Any]) -> tuple[bytes, str]:
+    """:func:`encode_record`, refusing what no sink may store.
+
+    Raises:
+        AuditUnavailable: the record is not canonical JSON or its line is larger than
+            :data:`MAX_RECORD_BYTES`.
+    """
+    try:
+        line, digest = encode_record(record)
+    except StockadeError as exc:
+        raise AuditUnavailable(f"the audit record is not canonical JSON: {exc.message}") from None
+    if len(line) > MAX_RECORD_BYTES:
+        raise AuditUnavailable(f"the audit record is {len(line)} bytes, over {MAX_RECORD_BYTES}")
+    return line, digest
 
 
 def _check_line(line: bytes) -> dict[str, Any]:
@@ -526,13 +588,7 @@ class AuditLog:
         Returns:
             The new record's hash (its id; the next record's ``prev``).
         """
-        if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
-            raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
-        if kind == CHECKPOINT_KIND:
-            raise ValueError(f"{CHECKPOINT_KIND} records are written by the log itself")
-        clash = RESERVED_FIELDS.intersection(payload)
-        if clash:
-            raise ValueError(f"payload keys {sorted(clash)} are reserved")
+        check_append_args(kind, payload)
         with self._lock:
             fd = self._writable()
             digest = self._write_record(fd, kind, payload, int(self._clock() * 1000))
@@ -566,12 +622,7 @@ class AuditLog:
     def _write_record(self, fd: int, kind: str, payload: Mapping[str, object], stamp: int) -> str:
         record: dict[str, Any] = {**payload, "seq": self._seq + 1, "time": stamp, "prev": self._prev}
         record["kind"] = kind
-        try:
-            line, digest = encode_record(record)
-        except StockadeError as exc:
-            raise AuditUnavailable(f"the audit record is not canonical JSON: {exc.message}") from None
-        if len(line) > MAX_RECORD_BYTES:
-            raise AuditUnavailable(f"the audit record is {len(line)} bytes, over {MAX_RECORD_BYTES}")
+        line, digest = encode_for_append(record)
         self._write_line(fd, line)
         self._seq += 1
         self._prev = digest
@@ -599,29 +650,14 @@ class AuditLog:
             self._broken = True
 
     def _maybe_checkpoint(self, fd: int, *, closing: bool) -> None:
-        if self._signer is None or self._unsigned == 0:
-            return
-        if closing:
-            reason = "close"
-        elif self._unsigned >= self._every:
-            reason = "records"
-        elif time.monotonic() - self._last_checkpoint >= self._interval_s:
-            reason = "interval"
-        else:
+        stale = time.monotonic() - self._last_checkpoint >= self._interval_s
+        reason = checkpoint_reason(self._unsigned, every=self._every, stale=stale, closing=closing)
+        if self._signer is None or reason is None:
             return
         stamp = int(self._clock() * 1000)
-        signer = self._signer
-        statement = checkpoint_statement(
-            head=self._prev, count=self._seq, time=stamp, key_id=signer.key_id, reason=reason
+        payload = checkpoint_payload(
+            self._signer, head=self._prev, count=self._seq, time=stamp, reason=reason
         )
-        payload = {
-            "statement": CHECKPOINT_STATEMENT,
-            "head": self._prev,
-            "count": self._seq,
-            "key_id": signer.key_id,
-            "reason": reason,
-            "signature": base64.b64encode(signer.sign(statement)).decode("ascii"),
-        }
         try:
             self._write_record(fd, CHECKPOINT_KIND, payload, stamp)
         except AuditUnavailable as exc:  # the record itself is written; retried next time

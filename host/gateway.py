@@ -69,11 +69,13 @@ from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolPolicyStore
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
+from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
 from host.runtime import LoadedComponent, ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
 from host.store.local import LocalStore
 from host.store.port import StateStore
+from host.store.watch import DEFAULT_POLL_S
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
 
@@ -186,6 +188,9 @@ class Host:
         self._closed = threading.Event()
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
         self._mcp = dict(mcp_sources or {})
+        self._gate = CallGate()  # a generation swap (host.reload) happens between calls
+        self._reopen: Reopener | None = None
+        self._follower: GenerationFollower | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -314,7 +319,7 @@ class Host:
         tool_store = tool_policy or ToolPolicyStore(
             config.state_dir / "tool-policy", admin_dir=config.admin_policy_dir
         )
-        return cls(
+        host = cls(
             config=config,
             registry=registry,
             packages=packages,
@@ -329,6 +334,11 @@ class Host:
             owns_store=owns_store,
             mcp_sources=sources,
         )
+        host._reopen = Reopener(Path(lock), {
+            "config": config, "secrets": secrets, "policy": policy, "store": state, "tool_policy": tool_store,
+            "resolver": resolver, "transport_factory": transport_factory,
+        })
+        return host
 
     # -- the pipeline --------------------------------------------------------------------
 
@@ -356,6 +366,7 @@ class Host:
         self._check_open()
         return self._approvals.issue(plan, ttl_s=ttl_s)
 
+    @between_swaps
     def call(
         self,
         request: CallRequest | Mapping[str, Any],
@@ -385,6 +396,7 @@ class Host:
         """The same pipeline as :meth:`call`, run in a worker thread."""
         return await asyncio.to_thread(self.call, request)
 
+    @between_swaps
     def execute(
         self,
         plan: InvocationPlan,
@@ -791,9 +803,37 @@ class Host:
         if self._closed.is_set():
             raise RuntimeError("this Host is closed")
 
+    def follow_generations(
+        self, *, poll_s: float = DEFAULT_POLL_S, on_reload: Callable[[ReloadEvent], None] | None = None
+    ) -> GenerationFollower:
+        """Reload in place whenever the store accepts a newer lock generation (opt-in;
+        :mod:`host.reload`): same lock path, every check of :meth:`open`, swapped between
+        calls; a refused reload keeps this generation and is logged and audited. Stopped by
+        :meth:`close`. Idempotent (the first call's arguments stay)."""
+        self._check_open()
+        if self._follower is None:
+            assert self._reopen is not None, "Host.open sets it"
+            follower = GenerationFollower(self, self._reopen, poll_s=poll_s, on_reload=on_reload)
+            self._follower = follower.start()
+        return self._follower
+
+    def _adopt(self, fresh: Host) -> bool:
+        """Swap this host's generation for ``fresh``'s between calls, then close ``fresh``
+        (which then holds the old one). False, and nothing swapped, once this host is closed."""
+        with self._gate.exclusive():
+            adopted = not self._closed.is_set()
+            for name in _GENERATION_FIELDS if adopted else ():
+                mine, theirs = getattr(self, name), getattr(fresh, name)
+                setattr(self, name, theirs)
+                setattr(fresh, name, mine)
+        fresh.close()
+        return adopted
+
     def close(self) -> None:
-        """Stop the epoch ticker, release compiled components and close the state store
-        (and its audit log) if this host opened it. Idempotent."""
+        """Stop the epoch ticker and the generation watcher, release compiled components
+        and close the state store (and its audit log) if this host opened it. Idempotent."""
+        if self._follower is not None:
+            self._follower.stop()
         if not self._closed.is_set():
             self._closed.set()
             for source in self._mcp.values():
@@ -809,6 +849,10 @@ class Host:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+_GENERATION_FIELDS: Final = ("registry", "generation", "_packages", "_runtime", "_mcp", "_limits_by_tool")
+"""What one lock generation consists of in a Host (swapped as a whole by :meth:`Host._adopt`)."""
 
 
 @functools.lru_cache(maxsize=64)

@@ -34,7 +34,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Final, cast
 
 from host.approvals import ApprovalQueue
@@ -44,6 +44,7 @@ from host.lock import LoadedLock, LockState
 from host.plan import ApprovalAuthority
 from host.policy.grants import SessionGrants
 from host.ratelimit import RateLimiter
+from host.store.port import StoreLifecycle
 
 _fcntl: ModuleType | None
 try:
@@ -85,7 +86,7 @@ class LocalLockGenerations:
         return None if current is None else current.generation
 
 
-class LocalStore:
+class LocalStore(StoreLifecycle):
     """One host process's state under ``state_dir`` (see the module docstring).
 
     Args:
@@ -125,14 +126,6 @@ class LocalStore:
             _release(held)
             if self._owns_audit:
                 self.audit.close()
-
-    def __enter__(self) -> LocalStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.state_dir)!r})"

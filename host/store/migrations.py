@@ -17,7 +17,9 @@ Tables (version 1): ``audit_chains`` (one head row per chain: ``seq``, ``head``)
 of :mod:`host.audit`), ``approvals`` (single-use, ``consumed_at``), ``rate_buckets``
 (sliding-window counters), ``session_grants``, ``lock_state`` (the accepted-lock state
 document per scope). Version 2: ``pending_approvals`` (the queue of actions waiting for
-a person, one row per action digest and principal).
+a person, one row per action digest and principal). Version 3: ``audit_chains`` gains
+``checkpoint_seq`` and ``checkpoint_at`` (the chain's last signed checkpoint: its ``seq``
+and when it was written, on the database's clock).
 """
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         expires_at double precision NOT NULL,
         PRIMARY KEY (action_digest, project, subject)
     );
+    """,
+    # 3: signed audit checkpoints per chain (host.store.postgres.PgAuditChain).
+    """
+    ALTER TABLE audit_chains
+        ADD COLUMN checkpoint_seq bigint NOT NULL DEFAULT 0 CHECK (checkpoint_seq >= 0),
+        ADD COLUMN checkpoint_at timestamptz NOT NULL DEFAULT now();
     """,
 )
 

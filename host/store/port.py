@@ -33,7 +33,8 @@ memory; one host process per state dir) and :class:`host.store.postgres.Postgres
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -49,7 +50,10 @@ __all__ = [
     "LockGenerationPort",
     "RateLimitPort",
     "StateStore",
+    "StoreLifecycle",
 ]
+
+_S = TypeVar("_S", bound="StoreLifecycle")
 
 
 @runtime_checkable
@@ -207,3 +211,19 @@ class StateStore(Protocol):
     def close(self) -> None:
         """Release connections, locks and files. Idempotent."""
         ...
+
+
+class StoreLifecycle:
+    """``with store:`` closes the store on exit (a base for the backends)."""
+
+    def close(self) -> None:
+        """Release what the store holds. Idempotent."""
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -13,7 +13,8 @@ How each promise holds across processes and machines:
   commit (PostgreSQL's commit is durable, like the ``full`` mode of the file log). Writers
   of one chain queue on its head row, so the chain never forks; writers of different
   projects never wait for each other. Records are the exact canonical JSON lines of
-  :mod:`host.audit`, so an export verifies with ``stockade log verify``.
+  :mod:`host.audit`, so an export verifies with ``stockade log verify``; with a
+  ``signer``, chains carry the file log's signed checkpoints at its cadence.
 - **Approvals** (:class:`PgApprovals`): issuing inserts a row; redeeming is ``UPDATE …
   SET consumed_at = now() WHERE … AND consumed_at IS NULL AND expires_at > now()
   RETURNING`` in the same transaction as its ``approval.redeemed`` audit record, so
@@ -27,7 +28,8 @@ How each promise holds across processes and machines:
 - **Lock generations** (:class:`PgLockGenerations`): one state row per scope, locked
   ``FOR UPDATE``; the rules are :class:`host.lock.LockState`'s own (rollback, fork,
   downgrade), applied to the row's document; an accept sends ``NOTIFY`` so other
-  processes learn of a newer generation (:meth:`PgLockGenerations.wait_newer`).
+  processes learn of a newer generation (:meth:`PgLockGenerations.listen`, used by
+  :mod:`host.store.watch`; :meth:`PgLockGenerations.wait_newer` blocks for one).
 - **Pending approvals** (:class:`~host.store.pending.PgPendingApprovals`): the queue of
   :class:`host.approvals.ApprovalQueue` as rows, decided and redeemed once fleet-wide.
 
@@ -47,17 +49,28 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets as _random
+import select
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Literal
 
 import psycopg
 
-from host.audit import GENESIS, MAX_RECORD_BYTES, RESERVED_FIELDS
+from host.audit import (
+    CHECKPOINT_KIND,
+    GENESIS,
+    check_append_args,
+    checkpoint_payload,
+    checkpoint_reason,
+    encode_for_append,
+)
+from host.auditkey import AuditKey
 from host.canonical import canonical_json
 from host.errors import ApprovalInvalid, AuditUnavailable, StockadeError, StoreUnavailable
 from host.lock import LoadedLock, LockState
@@ -67,11 +80,13 @@ from host.store.local import overrides_of
 from host.store.migrations import check_version
 from host.store.pending import PgPendingApprovals
 from host.store.pgcounters import PgGrants, PgRateLimits
+from host.store.port import StoreLifecycle
 
 __all__ = [
     "HOST_CHAIN",
     "PgApprovals",
     "PgAuditChain",
+    "PgGenerationListener",
     "PgGrants",
     "PgLockGenerations",
     "PgRateLimits",
@@ -82,7 +97,8 @@ __all__ = [
 HOST_CHAIN: Final = "host"  # the chain of records that belong to no project (lock.accepted)
 SINGLE_CHAIN: Final = "all"  # the one chain when chain_scope="single"
 NOTIFY_CHANNEL: Final = "stockade_lock_generation"
-_MAX_KIND_CHARS: Final = 128
+
+_log = logging.getLogger("stockade.store")
 
 ChainScope = Literal["project", "single"]
 
@@ -95,41 +111,56 @@ def chain_of(payload: Mapping[str, object], scope: ChainScope) -> str:
     return f"project:{project}" if isinstance(project, str) and project else HOST_CHAIN
 
 
-def _check_record_args(kind: str, payload: Mapping[str, object]) -> None:
-    if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
-        raise ValueError(f"kind must be a non-empty string of at most {_MAX_KIND_CHARS} characters")
-    clash = RESERVED_FIELDS.intersection(payload)
-    if clash:
-        raise ValueError(f"payload keys {sorted(clash)} are reserved")
-
-
-def _encode(record: dict[str, Any]) -> tuple[str, str]:
-    """(hash, line without newline) of a record, exactly as :mod:`host.audit` writes it."""
-    try:
-        digest = hashlib.sha256(canonical_json(record)).hexdigest()
-        record["hash"] = digest
-        line = canonical_json(record)
-    except StockadeError as exc:
-        raise AuditUnavailable(f"the audit record is not canonical JSON: {exc.message}") from None
-    if len(line) + 1 > MAX_RECORD_BYTES:
-        raise AuditUnavailable(f"the audit record is {len(line) + 1} bytes, over {MAX_RECORD_BYTES}")
-    return digest, line.decode("utf-8")
-
-
 class PgAuditChain:
     """The audit sink of a :class:`PostgresStore` (see the module docstring).
+
+    Signed checkpoints (with a ``signer``) follow :class:`host.audit.AuditLog`, per
+    chain and fleet-wide: the chain's head row counts the records since its last
+    checkpoint (``checkpoint_seq``) and when that was written (``checkpoint_at``, the
+    database's clock). In the transaction of the append that makes ``checkpoint_every``
+    unsigned records, or the first one ``checkpoint_interval_s`` after the last
+    checkpoint, an ``audit.checkpoint`` record signed over the new head follows (reason
+    ``records`` / ``interval``); a background thread checkpoints idle chains whose
+    unsigned records are older than the interval (any process may: the head row's lock
+    lets one of them write it); :meth:`close` checkpoints the chains this process wrote
+    to (``close``). The record is byte for byte the file log's, so ``stockade log
+    verify --key`` checks it in place and in an export.
 
     Args:
         db: the store's connection pool.
         scope: ``"project"`` (one chain per project) or ``"single"``.
         clock: wall-clock seconds for the ``time`` field.
+        signer: the key that signs checkpoints (``None``: no checkpoints).
+        checkpoint_every: records between two checkpoints of a chain (at most).
+        checkpoint_interval_s: seconds after which a chain's unsigned records get one.
     """
 
-    def __init__(self, db: Database, *, scope: ChainScope, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        scope: ChainScope,
+        clock: Any = time.time,
+        signer: AuditKey | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
+    ) -> None:
+        if checkpoint_every <= 0 or not checkpoint_interval_s > 0:
+            raise ValueError("checkpoint_every and checkpoint_interval_s must be positive")
         self._db = db
         self.scope: ChainScope = scope
         self._clock = clock
+        self._signer = signer
+        self._every = checkpoint_every
+        self._interval_s = float(checkpoint_interval_s)
         self._closed = False
+        self._touched: set[str] = set()  # chains this process appended to (close checkpoints)
+        self._touched_guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if signer is not None:
+            self._thread = threading.Thread(target=self._tick, name="stockade-pg-checkpoint", daemon=True)
+            self._thread.start()
 
     def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
         """Append one record to its chain in one transaction; return its hash.
@@ -139,9 +170,9 @@ class PgAuditChain:
 
         Raises:
             AuditUnavailable: not committed (database down, record too large, closed).
-            ValueError: an empty kind or a reserved payload key.
+            ValueError: an empty kind, the checkpoint kind or a reserved payload key.
         """
-        _check_record_args(kind, payload)
+        check_append_args(kind, payload)
         if self._closed:
             raise AuditUnavailable("the audit chain is closed")
         chain = chain_of(payload, self.scope)
@@ -153,32 +184,133 @@ class PgAuditChain:
         return self._db.run(op, what="append to the audit chain", idempotent=False, error=AuditUnavailable)
 
     def append_in(self, conn: Conn, chain: str, kind: str, payload: Mapping[str, object]) -> str:
-        """Append inside the caller's open transaction (the caller commits)."""
-        head = "SELECT seq, head FROM audit_chains WHERE chain = %s FOR UPDATE"
-        row = conn.execute(head, (chain,)).fetchone()
+        """Append inside the caller's open transaction (the caller commits); a checkpoint
+        follows in the same transaction when one is due."""
+        head = self._lock_head(conn, chain)
+        digest = self._insert(conn, chain, head, kind, payload, stamp=self._stamp())
+        self._checkpoint_in(conn, chain, _Head(head.seq + 1, digest, head.signed, head.stale), closing=False)
+        if self._signer is not None and chain not in self._touched:
+            with self._touched_guard:
+                self._touched.add(chain)
+        return digest
+
+    def checkpoint_due(self, *, closing: bool = False) -> int:
+        """Checkpoint the chains that are due: unsigned records older than the interval
+        (any chain), or, ``closing``, unsigned records in a chain this process wrote to.
+        Returns how many checkpoints were written.
+
+        Raises:
+            AuditUnavailable: the database could not be read or written.
+        """
+        if self._signer is None:
+            return 0
+        if closing:
+            with self._touched_guard:
+                chains = sorted(self._touched)
+        else:
+            chains = self._db.run(self._stale_chains, what="find chains due for a checkpoint",
+                                  idempotent=True, error=AuditUnavailable)
+
+        written = 0
+        for chain in chains:
+
+            def op(conn: Conn, chain: str = chain) -> bool:
+                with committing(conn):
+                    return self._checkpoint_in(conn, chain, self._lock_head(conn, chain), closing=closing)
+
+            written += self._db.run(
+                op, what="write an audit checkpoint", idempotent=False, error=AuditUnavailable
+            )
+        return written
+
+    def _stale_chains(self, conn: Conn) -> list[str]:
+        rows = conn.execute(
+            "SELECT chain FROM audit_chains WHERE seq > checkpoint_seq "
+            "AND now() - checkpoint_at >= make_interval(secs => %s) ORDER BY chain",
+            (self._interval_s,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def _lock_head(self, conn: Conn, chain: str) -> _Head:
+        query = (
+            "SELECT seq, head, checkpoint_seq, now() - checkpoint_at >= make_interval(secs => %s) "
+            "FROM audit_chains WHERE chain = %s FOR UPDATE"
+        )
+        row = conn.execute(query, (self._interval_s, chain)).fetchone()
         if row is None:  # the chain's first record: create its head row (racing writers wait here)
             conn.execute(
                 "INSERT INTO audit_chains (chain, seq, head) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",
                 (chain, GENESIS),
             )
-            row = conn.execute(head, (chain,)).fetchone()
+            row = conn.execute(query, (self._interval_s, chain)).fetchone()
         if row is None:  # pragma: no cover - inserted just above
             raise AuditUnavailable(f"audit chain {chain!r} has no head row")
-        seq = int(row[0]) + 1
-        record: dict[str, Any] = {
-            **payload, "seq": seq, "time": int(self._clock() * 1000), "prev": str(row[1]), "kind": kind
-        }
-        digest, line = _encode(record)
+        return _Head(int(row[0]), str(row[1]), int(row[2]), bool(row[3]))
+
+    def _insert(
+        self, conn: Conn, chain: str, after: _Head, kind: str, payload: Mapping[str, object], *, stamp: int
+    ) -> str:
+        """Insert a record after ``after`` (the locked head) and move the head; return its hash."""
+        seq = after.seq + 1
+        record: dict[str, Any] = {**payload, "seq": seq, "time": stamp, "prev": after.head, "kind": kind}
+        line, digest = encode_for_append(record)
         conn.execute(
             "INSERT INTO audit_records (chain, seq, hash, line) VALUES (%s, %s, %s, %s)",
-            (chain, seq, digest, line),
+            (chain, seq, digest, line[:-1].decode("utf-8")),
         )
         conn.execute("UPDATE audit_chains SET seq = %s, head = %s WHERE chain = %s", (seq, digest, chain))
         return digest
 
+    def _checkpoint_in(self, conn: Conn, chain: str, head: _Head, *, closing: bool) -> bool:
+        """Append a signed checkpoint over ``head`` if one is due; True if written."""
+        unsigned = head.seq - head.signed
+        reason = checkpoint_reason(unsigned, every=self._every, stale=head.stale, closing=closing)
+        if self._signer is None or reason is None:
+            return False
+        stamp = self._stamp()
+        payload = checkpoint_payload(self._signer, head=head.head, count=head.seq, time=stamp, reason=reason)
+        self._insert(conn, chain, head, CHECKPOINT_KIND, payload, stamp=stamp)
+        conn.execute(
+            "UPDATE audit_chains SET checkpoint_seq = %s, checkpoint_at = now() WHERE chain = %s",
+            (head.seq + 1, chain),
+        )
+        return True
+
+    def _stamp(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _tick(self) -> None:
+        """The checkpoint thread: every interval, sign the chains left idle and unsigned."""
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.checkpoint_due()
+            except StockadeError as exc:
+                _log.error("cannot write audit checkpoints: %s", exc.message)
+
     def close(self) -> None:
-        """Refuse further appends (the pool belongs to the store)."""
+        """Write the close checkpoints of the chains this process wrote to, then refuse
+        further appends (the pool belongs to the store). Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.checkpoint_due(closing=True)
+        except StockadeError as exc:
+            _log.error("cannot write the close audit checkpoints: %s", exc.message)
         self._closed = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A chain's head row: last ``seq`` and ``head`` hash, ``signed`` (the ``seq`` of the
+    last checkpoint) and whether that checkpoint is older than the interval."""
+
+    seq: int
+    head: str
+    signed: int
+    stale: bool
 
 
 class PgApprovals:
@@ -335,21 +467,70 @@ class PgLockGenerations:
             StoreUnavailable: the database could not be reached.
         """
         deadline = time.monotonic() + timeout_s
+        listener = self.listen()
         try:
-            wait = max(1, round(timeout_s))
-            with psycopg.connect(self._dsn, autocommit=True, connect_timeout=wait) as conn:
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}".encode())
-                while True:
-                    current = self.current_generation()
-                    if current is not None and (than is None or current > than):
-                        return current
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return None
-                    for _ in conn.notifies(timeout=left, stop_after=1):
-                        break
+            while True:
+                current = self.current_generation()
+                if current is not None and (than is None or current > than):
+                    return current
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                ready, _, _ = select.select([listener.fileno()], [], [], left)
+                if ready:
+                    listener.drain()
+        finally:
+            listener.close()
+
+    def listen(self) -> PgGenerationListener:
+        """Subscribe to accept notices on a dedicated connection (for
+        :class:`host.store.watch.GenerationWatcher`).
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        return PgGenerationListener(self._dsn, describe=self._db.describe)
+
+
+class PgGenerationListener:
+    """A ``LISTEN`` connection of its own (outside the pool) whose socket a watcher selects on.
+
+    Raises:
+        StoreUnavailable: the database could not be reached (password never included).
+    """
+
+    def __init__(
+        self, dsn: str, *, describe: Callable[[BaseException], str], connect_timeout_s: int = 5
+    ) -> None:
+        self._describe = describe
+        try:
+            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot listen for lock generations: {self._db.describe(exc)}") from None
+            raise StoreUnavailable(f"cannot listen for lock generations: {describe(exc)}") from None
+        try:
+            self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}".encode())
+        except psycopg.Error as exc:
+            self._conn.close()
+            raise StoreUnavailable(f"cannot listen for lock generations: {describe(exc)}") from None
+
+    def fileno(self) -> int:
+        """The connection's socket (readable when a notice may have arrived)."""
+        return self._conn.fileno()
+
+    def drain(self) -> int:
+        """Consume the notices received so far; return how many.
+
+        Raises:
+            StoreUnavailable: the connection was lost.
+        """
+        try:
+            return sum(1 for _ in self._conn.notifies(timeout=0))
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"lost the lock generation listener: {self._describe(exc)}") from None
+
+    def close(self) -> None:
+        """Close the connection. Idempotent."""
+        self._conn.close()
 
 
 def _judge_in_private_dir(state: str, lock: LoadedLock, *, unsafe: bool) -> tuple[tuple[str, ...], str]:
@@ -363,7 +544,7 @@ def _judge_in_private_dir(state: str, lock: LoadedLock, *, unsafe: bool) -> tupl
         return result, judge.path.read_text(encoding="utf-8")
 
 
-class PostgresStore:
+class PostgresStore(StoreLifecycle):
     """The PostgreSQL backend (see the module docstring).
 
     Args:
@@ -374,6 +555,10 @@ class PostgresStore:
         timeout_s: seconds to wait for a connection before failing closed.
         probe_interval_s: while the server is unreachable, seconds between reconnection
             probes; calls in between fail at once (0: every call probes).
+        signer: the host's audit key (:meth:`host.auditkey.AuditKey.load_or_create`):
+            audit chains get signed checkpoints (:class:`PgAuditChain`); ``None``: none.
+        checkpoint_every: records between two checkpoints of a chain (at most).
+        checkpoint_interval_s: seconds after which a chain's unsigned records get one.
 
     Raises:
         StoreUnavailable: malformed DSN, unreachable server, or a schema that is not
@@ -391,6 +576,9 @@ class PostgresStore:
         pool_size: int = 8,
         timeout_s: float = 5.0,
         probe_interval_s: float = PROBE_INTERVAL_S,
+        signer: AuditKey | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
     ) -> None:
         if chain_scope not in ("project", "single"):
             raise ValueError(f"chain_scope must be 'project' or 'single', not {chain_scope!r}")
@@ -400,7 +588,10 @@ class PostgresStore:
         except BaseException:
             self._db.close()
             raise
-        self.audit = PgAuditChain(self._db, scope=chain_scope)
+        self.audit = PgAuditChain(
+            self._db, scope=chain_scope, signer=signer,
+            checkpoint_every=checkpoint_every, checkpoint_interval_s=checkpoint_interval_s,
+        )
         self.approvals = PgApprovals(self._db, self.audit)
         self.rate_limits = PgRateLimits(self._db)
         self.grants = PgGrants(self._db)
@@ -454,14 +645,6 @@ class PostgresStore:
         """Close the pool. Idempotent."""
         self.audit.close()
         self._db.close()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._db.display!r})"

@@ -64,6 +64,7 @@ __all__ = [
     "apply_host_file",
     "audit_path",
     "cell",
+    "checkpoint_options",
     "localize_hint",
     "location_flags",
     "open_host",
@@ -146,8 +147,8 @@ def add_store_option(parser: argparse.ArgumentParser, *, local: bool = True) -> 
     )
 
 
-def open_store_spec(spec: str) -> Any:
-    """Open the PostgreSQL store a ``--store`` value names.
+def open_store_spec(spec: str, **options: Any) -> Any:
+    """Open the PostgreSQL store a ``--store`` value names (``options``: PostgresStore's).
 
     Raises:
         UsageFailed: the value is neither ``local`` nor ``postgresql://…``.
@@ -157,7 +158,7 @@ def open_store_spec(spec: str) -> Any:
 
     if not is_postgres_spec(spec):
         raise UsageFailed("STORE_INVALID", "--store must be 'local' or a postgresql:// DSN")
-    return open_postgres(spec)
+    return open_postgres(spec, **options)
 
 
 _HOST_OPTIONS: Final = (
@@ -369,7 +370,7 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     policy = FilePolicyEngine(root / "policy.json")
     config = _host_config(args, root)
     spec = getattr(args, "store", None) or "local"
-    shared = None if spec == "local" else open_store_spec(spec)
+    shared = None if spec == "local" else open_store_spec(spec, **checkpoint_options(config))
     with _compile_progress(enabled=progress) as callback:
         if shared is None:
             return Host.open(
@@ -380,6 +381,18 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
             args.lock, config=config, secrets=secrets, policy=policy,
             store=shared, own_store=True, progress=callback,
         )
+
+
+def checkpoint_options(config: HostConfig) -> dict[str, Any]:
+    """A host's shared store signs audit checkpoints with the state dir's audit key, at
+    the cadence of the local audit log."""
+    from host.auditkey import AuditKey
+
+    return {
+        "signer": AuditKey.load_or_create(config.state_dir),
+        "checkpoint_every": config.audit_checkpoint_every,
+        "checkpoint_interval_s": config.audit_checkpoint_interval_s,
+    }
 
 
 @contextmanager

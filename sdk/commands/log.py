@@ -100,7 +100,8 @@ def register(sub: Any) -> None:
         action="append",
         default=None,
         metavar="FILE",
-        help=f"an audit public key ({PUBLIC_KEY_FILE}) to check checkpoints with (repeatable)",
+        help=f"an audit public key ({PUBLIC_KEY_FILE}) to check checkpoints with (repeatable: "
+        "a shared store's chains carry checkpoints signed by each host machine's key)",
     )
     add_state_dir(check)
     check.add_argument(

@@ -23,6 +23,11 @@ person; others get APPROVAL_REQUIRED and the action is queued for
 ``stockade approvals approve DIGEST``. SIGHUP, or a change of the lock file, reloads the
 lock (every check runs again; a refused lock keeps the old generation).
 
+State: ``--store postgresql://…`` (or ``STOCKADE_STORE``) keeps approvals, rate limits,
+session grants, the approval queue, lock generations and the audit chains (with
+checkpoints signed by the state dir's audit key) in the shared store, so several
+servers behave as one; otherwise the state dir's files (``audit.log``).
+
 Exit codes: 0 ended cleanly, 1 the host could not open, 2 usage error.
 """
 
@@ -41,7 +46,9 @@ from sdk.commands._common import (
     EXIT_OK,
     UsageFailed,
     add_host_options,
+    checkpoint_options,
     open_secrets,
+    open_store_spec,
     state_dir,
 )
 
@@ -137,10 +144,15 @@ def run(args: argparse.Namespace) -> int:
         check_bind(args.host, authenticated=verifier is not None)
     root = state_dir(args)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit = AuditLog(root / "audit.log")
+    spec = getattr(args, "store", None) or "local"
+    # One store (or audit log) for the whole serve: it stays open across lock generations.
+    shared: Any = None
+    if spec != "local":
+        shared = open_store_spec(spec, **checkpoint_options(_config(args, root)))
+    audit = AuditLog(root / "audit.log") if shared is None else None
     try:
         app = StockadeMCP(
-            lambda: _open(args, root, audit),
+            lambda: _open(args, root, audit, shared),
             options=ServeOptions(state_dir=root, principal=principal, max_concurrency=args.max_concurrency),
         )
         try:
@@ -156,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             app.close()
     finally:
-        audit.close()
+        (audit if audit is not None else shared).close()
     return EXIT_OK
 
 
@@ -178,17 +190,23 @@ def _verifier(args: argparse.Namespace) -> Any:
     return None
 
 
-def _open(args: argparse.Namespace, root: Path, audit: AuditLog) -> Host:
-    """Open (or reopen, on reload) the host; the audit log stays open across generations."""
+def _config(args: argparse.Namespace, root: Path) -> HostConfig:
+    return HostConfig(
+        state_dir=root,
+        require_signatures=bool(args.require_signatures),
+        trusted_keys_file=args.trusted_keys,
+        trusted_operator_keys_file=args.trusted_operator_keys,
+    )
+
+
+def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: Any) -> Host:
+    """Open (or reopen, on reload) the host; the audit log or the shared store (``--store
+    postgresql://…``) stays open across generations."""
     return Host.open(
         args.lock,
-        config=HostConfig(
-            state_dir=root,
-            require_signatures=bool(args.require_signatures),
-            trusted_keys_file=args.trusted_keys,
-            trusted_operator_keys_file=args.trusted_operator_keys,
-        ),
+        config=_config(args, root),
         secrets=open_secrets(root),
         policy=FilePolicyEngine(root / "policy.json"),
         audit=audit,
+        store=store,
     )

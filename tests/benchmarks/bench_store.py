@@ -8,7 +8,8 @@ cluster on a loopback port (as the ``postgres`` user when run as root) and stops
 Latency rows (median µs per ``Host.call``, the WAT echo tool, same run, rounds alternate):
 
   (lw) local store, write tool (intent + outcome records, durability ``full``)
-  (pw) postgres store, write tool (two audit transactions, each committed durably)
+  (pw) postgres store, write tool (two audit transactions, each committed durably);
+       both stores sign audit checkpoints (every 1,000 records of a chain)
   (lr) / (pr) the same for a write tool allowed outright but carrying a rate limit
        (one rate-limit transaction more on postgres)
 
@@ -36,6 +37,7 @@ import psycopg
 
 from host import FilePolicyEngine, Host, HostConfig
 from host.audit import verify
+from host.auditkey import AuditKey
 from host.plan import CallRequest, Principal
 from host.policy.toolpolicy import ToolPolicyStore
 from host.store.migrations import migrate
@@ -73,7 +75,9 @@ def median_us(host: Host, tool: str, calls: int) -> float:
 
 def latency(repo: Repo, root: Path, dsn: str, calls: int, rounds: int) -> None:
     rows: dict[str, list[float]] = {"lw": [], "pw": [], "lr": [], "pr": []}
-    store = PostgresStore(dsn)
+    # Both sign audit checkpoints (the local log with the state dir's key, as Host.open does).
+    (root / "shared").mkdir(parents=True, exist_ok=True)
+    store = PostgresStore(dsn, signer=AuditKey.load_or_create(root / "shared"))
     local = open_host(repo, root / "local", None)
     shared = open_host(repo, root / "shared", store)
     try:

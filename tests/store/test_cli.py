@@ -34,9 +34,33 @@ def test_migrate_call_export_and_verify_through_the_cli(pg_cluster: Cluster, tmp
         assert json.loads(out)["ok"] is True
     exported = tmp_path / "audit.jsonl"
     cli("log", "export", "--chain", "project:p", "--output", str(exported))
-    assert "ok: " in cli("log", "verify", str(exported))
+    key = str(home / "audit-key.pub")  # the hosts signed the chain's checkpoints with the state dir's key
+    verified = cli("log", "verify", str(exported), "--key", key, "--strict")
+    assert "ok: " in verified and "2 checkpoints verified" in verified and "closed cleanly" in verified
     records = [json.loads(line) for line in exported.read_text().splitlines()]
     assert [r["kind"] for r in records].count("call.outcome") == 2
-    assert "chain intact" in cli("log", "verify", "--chain", "project:p")
+    assert [r["reason"] for r in records if r["kind"] == "audit.checkpoint"] == ["close", "close"]
+    in_place = cli("log", "verify", "--chain", "project:p", "--strict")
+    assert "chain intact" in in_place and "2 checkpoints verified" in in_place
     assert all(pg_cluster.password not in text for text in outputs)
     assert any("********" in text for text in outputs)
+
+
+def test_serve_keeps_its_state_in_the_configured_postgres_store(pg_cluster: Cluster, tmp_path: Path) -> None:
+    """``stockade serve --store`` used to ignore the store: a fleet of servers each kept
+    its own approvals, rate limits and audit log file."""
+    from host.store.postgres import PostgresStore  # noqa: PLC0415
+
+    dsn = pg_cluster.create_database("serve")
+    home = tmp_path / "home"
+    env = cli_env(STOCKADE_STORE=dsn, STOCKADE_HOME=str(home))
+    repo = make_repo(tmp_path / "repo")
+    assert run_cli("store", "migrate", cwd=tmp_path, env=env).returncode == 0
+    served = run_cli("serve", "--lock", str(repo.gen1), "--project", "p", "--subject", "alice",
+                     cwd=tmp_path, env=env, stdin="", timeout=300)  # stdin at EOF: the server stops
+    assert served.returncode == 0, served.stderr
+    with PostgresStore(dsn) as store:
+        assert store.locks.current_generation() == 1
+        kinds = [json.loads(line)["kind"] for line in store.lines("host")]
+    assert kinds == ["lock.accepted", "audit.checkpoint"]  # signed when the server closed the store
+    assert not (home / "audit.log").exists()

@@ -115,3 +115,37 @@ def test_database_stopped_under_running_host_processes_nothing_runs_unaudited(
     # Every guest that started had its intent on the chain first. (An intent whose commit
     # reply was lost is on the chain with no guest run: hence >=, bounded by the refusals.)
     assert ran <= intents <= ran + batch["AUDIT_UNAVAILABLE"]
+
+
+def test_following_host_survives_a_database_restart_and_reloads_afterwards(
+    own_cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    from tests.store.test_reload import WAIT_S, open_host  # noqa: PLC0415
+    from tests.store.test_reload import make_repo as make_two_generations  # noqa: PLC0415
+
+    dsn = own_cluster.create_database("follow")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+    repo = make_two_generations(tmp_path / "repo")
+    b_lock = repo.root / "b.lock"
+    shutil.copyfile(repo.gen1, b_lock)
+    caplog.set_level(logging.ERROR, logger="stockade.reload")
+    with PostgresStore(dsn, timeout_s=1.0, probe_interval_s=0) as store_b:
+        with open_host(repo, b_lock, store_b, "b") as b:
+            follower = b.follow_generations(poll_s=0.05)
+            own_cluster.pg_stop()
+            try:
+                assert follower.watcher.wait_checks(3, timeout_s=WAIT_S)  # failing, not dead
+            finally:
+                own_cluster.pg_start()
+            assert follower.watcher.thread.is_alive()
+            shutil.copyfile(repo.gen2, b_lock)
+            with PostgresStore(dsn) as store_a, open_host(repo, repo.gen2, store_a, "a"):
+                assert [e.ok for e in follower.wait(1, timeout_s=WAIT_S)] == [True]
+            assert b.generation == 2
+        assert not follower.thread.is_alive()
+    failures = [r.getMessage() for r in caplog.records if "cannot read the accepted" in r.getMessage()]
+    assert len(failures) == 1  # logged once per outage, not once per poll

@@ -121,3 +121,15 @@ def test_process_refuses_a_generation_older_than_another_accepted(fleet: Fleet) 
     fleet.workers.append(late)
     assert late.ask("open", lock="gen1.lock") == {"code": "LOCK_ROLLBACK"}
     assert late.ask("open", lock="gen2.lock") == {"ok": True, "generation": 2}
+
+
+def test_process_b_reloads_the_generation_process_a_accepted(fleet: Fleet) -> None:
+    (fleet.repo.root / "b.lock").write_bytes(fleet.repo.gen1.read_bytes())
+    (b,) = fleet.start(1, lock="b.lock")
+    assert b.ask("follow") == {"following": True}
+    (fleet.repo.root / "b.lock").write_bytes(fleet.repo.gen2.read_bytes())  # deployed everywhere
+    fleet.start(1, lock="gen2.lock")  # process A accepts generation 2
+    answer = b.ask("reloads", count=1, timeout_s=120)
+    assert answer == {"events": [{"ok": True, "generation": 2, "running": 2, "code": None, "message": None}],
+                      "generation": 2}
+    assert b.ask("call", tool="echo.write", session="s")["ok"] is True

@@ -8,11 +8,15 @@ the PostgreSQL DSN. Reads one JSON command per line, answers one JSON line each:
 - ``calls {"n", "tool", "session", "threads"}`` → ``{"codes": {...}, "ids": [...]}``;
 - ``call {"tool", "session", "approval"?}`` → ``{"ok", "code", "audit_id"}``;
 - ``grant`` / ``clear`` / ``discharges`` on the host's session grants;
+- ``follow`` → ``{"following": true}`` (``Host.follow_generations``, notices only);
+  ``reloads {"count", "timeout_s"}`` → ``{"events": [...], "generation": n}`` once
+  ``count`` reload attempts happened (or the timeout passed);
 - ``exit``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -47,6 +51,7 @@ class Fleet:
             os.environ["STOCKADE_STORE"], pool_size=4, timeout_s=timeout, probe_interval_s=probe
         )
         self.host: Host | None = None
+        self.follower: Any = None
 
     def open(self, lock: str) -> dict[str, Any]:
         try:
@@ -114,6 +119,12 @@ class Fleet:
             return {"cleared": self.host.grants.clear_grants(args["session"])}
         if op == "discharges":
             return {"granted": self.host.grants.discharges(ALICE.key, args["session"], args["tool"])}
+        if op == "follow":
+            self.follower = self.host.follow_generations(poll_s=3600.0)  # only a NOTIFY wakes it
+            return {"following": True}
+        if op == "reloads":
+            events = self.follower.wait(args["count"], timeout_s=args["timeout_s"])
+            return {"events": [dataclasses.asdict(e) for e in events], "generation": self.host.generation}
         raise ValueError(f"unknown op {op!r}")
 
     def close(self) -> None:
