@@ -22,6 +22,21 @@ _SCRUBBED_NAMES = {
 }
 
 
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Per-user caches of the code under test live in the checkout's ``.stockade-cache``.
+
+    Builds, the compiled-artifact cache, the harness's and the JavaScript toolchain default
+    to ``$XDG_CACHE_HOME/stockade``: pointing it at the (gitignored) checkout cache keeps the
+    suite out of the developer's ``~/.cache`` and lets in-process tests, harness runs and CLI
+    subprocesses share one cache, so a plugin is built and compiled once per session, not
+    once per cache. Tests about the cache itself set their own ``STOCKADE_CACHE_DIR``.
+    """
+    os.environ["XDG_CACHE_HOME"] = str(_REPO / ".stockade-cache")
+
+
 @pytest.fixture(autouse=True)
 def clean_environ() -> Iterator[None]:
     saved = dict(os.environ)
