@@ -15,12 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from host.config import HostConfig
 from host.egress.port import DenyAllEgress, HttpFailure, HttpRequest, HttpResponse
 from host.errors import InputInvalid, SandboxFuelExhausted, SandboxMemory, SandboxTimeout, ToolFailed
 from host.runtime import LoadedComponent, Runtime, SandboxLimits, SandboxResult
 from sdk.build import build_project
-from tests.support.plugins import CACHE_DIR, REPO_ROOT, RUNTIME_STATE_DIR, ScriptedEgress, build_test_plugin
+from tests.support.plugins import (
+    CACHE_DIR,
+    REPO_ROOT,
+    ScriptedEgress,
+    build_test_plugin,
+    shared_runtime_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +36,7 @@ URL = "https://api.echo.example/v1/blob"
 
 @pytest.fixture(scope="module")
 def runtime() -> Iterator[Runtime]:
-    with Runtime(HostConfig(state_dir=RUNTIME_STATE_DIR)) as rt:
+    with Runtime(shared_runtime_config()) as rt:
         yield rt
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from host.config import HostConfig
 from host.egress.port import HttpFailure, HttpRequest, HttpResponse
 from sdk.build import BuildResult, build_project
 
@@ -46,9 +47,11 @@ __all__ = [
     "PLUGINS_DIR",
     "REPO_ROOT",
     "RUNTIME_STATE_DIR",
+    "SHARED_ARTIFACTS_DIR",
     "ScriptedEgress",
     "build_test_plugin",
     "plugin_builds",
+    "shared_runtime_config",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -129,8 +132,17 @@ def plugin_builds() -> Callable[[str], BuildResult]:
 
 
 RUNTIME_STATE_DIR = REPO_ROOT / ".stockade-cache" / "runtime-state"
-"""A host state directory kept across test sessions, so its compiled-artifact cache spares
-the 8–16 s compile of each test plugin. Only for tests that do not inspect the cache."""
+"""A host state directory kept across test sessions. Only for tests that do not inspect it."""
+
+SHARED_ARTIFACTS_DIR = REPO_ROOT / ".stockade-cache" / "stockade" / "artifacts"
+"""The compiled-artifact cache the harness and the CLI use during tests (the per-user cache
+under the session's ``XDG_CACHE_HOME``, see tests/conftest.py): a runtime configured with it
+shares their compile of each test plugin (8–16 s each) instead of paying its own."""
+
+
+def shared_runtime_config() -> HostConfig:
+    """A host configuration on :data:`RUNTIME_STATE_DIR` and :data:`SHARED_ARTIFACTS_DIR`."""
+    return HostConfig(state_dir=RUNTIME_STATE_DIR, artifact_cache_dir=SHARED_ARTIFACTS_DIR)
 
 
 class ScriptedEgress:
