@@ -44,11 +44,11 @@ from typing import Annotated, Final, Literal, final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from host._files import fsync_dir
 from host.bundlestore import check_digest
 from host.canonical import canonical_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ArtifactInvalid, DigestMismatch, ManifestInvalid, SignatureInvalid
+from host.files import fsync_dir
 from host.lock import MAX_MODULE_BYTES, TrustedKeys
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
 from host.signing import check_key_id, check_signature_b64

@@ -17,11 +17,11 @@ Example::
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from string import Template
 from typing import Final
 
+from host.files import create_exclusive
 from host.manifest import is_name
 from sdk._templates import TEMPLATES
 from sdk.project import LANGUAGES, PROJECT_FILE, Language
@@ -347,8 +347,6 @@ def scaffold_project(
     for rel, text in files.items():
         path = directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        create_exclusive(path, text.encode("utf-8"), mode=0o644)
         written.append(path)
     return written

@@ -49,7 +49,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from host.errors import PolicyUnavailable
-from host.policy._files import CachedFile, atomic_write, interprocess_lock, read_bounded
+from host.policy._files import CachedFile, atomic_write, interprocess_lock, read_bounded, sidecar_lock
 
 __all__ = [
     "POLICY_FORMAT",
@@ -453,7 +453,7 @@ class FilePolicyEngine:
     def _edit(self, change: Callable[[dict[str, Any]], bool]) -> Fence:
         with self._edit_lock, contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(interprocess_lock(self.path))
+                stack.enter_context(interprocess_lock(sidecar_lock(self.path)))
                 data, _ = read_bounded(self.path, MAX_POLICY_BYTES)
             except OSError as exc:
                 raise PolicyUnavailable(f"cannot read the policy file: {exc.strerror or exc}") from None

@@ -73,7 +73,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from host.canonical import canonical_json, sha256_hex
 from host.errors import PolicyUnavailable
-from host.policy._files import CachedFile, FileTooLarge, atomic_write, interprocess_lock, read_bounded
+from host.policy._files import (
+    CachedFile,
+    FileTooLarge,
+    atomic_write,
+    interprocess_lock,
+    read_bounded,
+    sidecar_lock,
+)
 
 __all__ = [
     "CAP_FILE",
@@ -575,7 +582,7 @@ class ToolPolicyStore:
         path = self.path_for(account, workspace)
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            lock = interprocess_lock(path)
+            lock = interprocess_lock(sidecar_lock(path))
             lock.__enter__()
         except OSError as exc:
             raise PolicyUnavailable(f"cannot open the tool policy directory: {exc.strerror or exc}") from None
@@ -608,7 +615,7 @@ class ToolPolicyStore:
         try:
             with contextlib.ExitStack() as stack:
                 if not lock_held:
-                    stack.enter_context(interprocess_lock(path))
+                    stack.enter_context(interprocess_lock(sidecar_lock(path)))
                 target = _quarantine_name(path)
                 # Only move the bytes judged bad: another writer may have replaced them.
                 try:

@@ -46,7 +46,7 @@ from typing import Final
 import wasmtime
 from wasmtime import component as wc
 
-from host._files import atomic_write, fsync_dir
+from host._files import atomic_write, create_exclusive
 from host.errors import ComponentRefused
 from host.runtime.models import CacheStats
 
@@ -324,11 +324,12 @@ def _load_or_create_key(path: Path) -> bytes:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     for _ in range(3):
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            # Non-blocking: a FIFO planted here opens at once and is replaced, never waited on.
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             key = secrets.token_bytes(KEY_BYTES)
             with contextlib.suppress(FileExistsError):
-                _create_exclusive(path, key)
+                create_exclusive(path, key)
                 return key
             continue  # another process created it first: read theirs
         except OSError as exc:
@@ -345,15 +346,6 @@ def _load_or_create_key(path: Path) -> bytes:
         _atomic_write(path.parent, path.name, key)
         return key
     raise RuntimeError(f"could not create the artifact key {path}")
-
-
-def _create_exclusive(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(path.parent)
 
 
 def _atomic_write(directory: Path, name: str, data: bytes) -> None:
