@@ -163,6 +163,7 @@ def open_store_spec(spec: str, **options: Any) -> Any:
 
 _HOST_OPTIONS: Final = (
     "lock", "state_dir", "trusted_keys", "trusted_operator_keys", "require_signatures", "store",
+    "unsafe_allow_unsigned",
 )  # fmt: skip
 
 
@@ -276,6 +277,7 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="refuse any package of the lock that is not signed by a trusted key",
     )
+    add_unsigned_option(parser)
     parser.add_argument(
         "--trusted-operator-keys",
         type=Path,
@@ -309,14 +311,46 @@ def open_secrets(root: Path) -> SecretsStore | None:
     return SecretsStore(root / "secrets.json", key)
 
 
-def verified_lock(lock: Path, *, trusted_keys: Path | None, require_signatures: bool) -> LoadedLock:
+def add_unsigned_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--unsafe-allow-unsigned`` (read back with :func:`signatures_waived`)."""
+    parser.add_argument(
+        "--unsafe-allow-unsigned",
+        action="store_true",
+        help="accept unsigned packages although trusted keys are configured (development only; "
+        "logged, and recorded in the lock.accepted audit record of a host)",
+    )
+
+
+def signatures_waived(args: argparse.Namespace) -> bool:
+    """The ``--unsafe-allow-unsigned`` choice (or the config file's), checked against
+    ``--require-signatures``.
+
+    Raises:
+        UsageFailed: both are set (they contradict each other).
+    """
+    waived = bool(getattr(args, "unsafe_allow_unsigned", False))
+    if waived and getattr(args, "require_signatures", False):
+        raise UsageFailed(
+            "USAGE",
+            "--unsafe-allow-unsigned contradicts --require-signatures "
+            "(or the config file's require_signatures)",
+            hint="drop one of them",
+        )
+    return waived
+
+
+def verified_lock(
+    lock: Path, *, trusted_keys: Path | None, require_signatures: bool, unsafe_allow_unsigned: bool = False
+) -> LoadedLock:
     """A lock with every digest, signature and manifest verified; nothing compiled or persisted.
 
     For commands that read what a lock declares (``policy grant-tool``, ``policy
     explain``, ``init``) without opening a host (which compiles components).
 
     Raises:
-        LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: from ``load_lock``.
+        LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: from ``load_lock``
+            (with trusted keys, an unsigned package is SIGNATURE_INVALID unless
+            ``unsafe_allow_unsigned``).
     """
     import tempfile
 
@@ -325,7 +359,10 @@ def verified_lock(lock: Path, *, trusted_keys: Path | None, require_signatures: 
 
     keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
     with tempfile.TemporaryDirectory(prefix="stockade-read-") as scratch:
-        config = HostConfig(state_dir=Path(scratch), require_signatures=require_signatures)
+        config = HostConfig(
+            state_dir=Path(scratch), require_signatures=require_signatures,
+            unsafe_allow_unsigned=unsafe_allow_unsigned,
+        )
         return load_lock(Path(lock), config=config, trusted_keys=keys)
 
 
@@ -337,6 +374,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
     return HostConfig(
         state_dir=root,
         require_signatures=bool(args.require_signatures),
+        unsafe_allow_unsigned=signatures_waived(args),
         trusted_keys_file=args.trusted_keys,
         trusted_operator_keys_file=args.trusted_operator_keys,
         artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)

@@ -41,6 +41,7 @@ from sdk.commands._common import (
     location_flags,
     print_json,
     safe_text,
+    signatures_waived,
     state_dir,
     verified_lock,
 )
@@ -215,7 +216,8 @@ def _locked_tool(args: argparse.Namespace) -> Any:
 
     name, version = _split_tool(args.tool)
     loaded = verified_lock(
-        args.lock, trusted_keys=args.trusted_keys, require_signatures=bool(args.require_signatures)
+        args.lock, trusted_keys=args.trusted_keys, require_signatures=bool(args.require_signatures),
+        unsafe_allow_unsigned=signatures_waived(args),
     )
     offered = []
     for package in loaded.packages:
