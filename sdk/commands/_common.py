@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "EXIT_ESCALATION",
     "EXIT_FAILED",
+    "EXIT_INTERNAL",
     "EXIT_NOT_SUCCESSOR",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -61,6 +62,7 @@ __all__ = [
     "add_host_options",
     "add_state_dir",
     "add_store_option",
+    "add_verb",
     "apply_host_file",
     "audit_path",
     "cell",
@@ -75,6 +77,7 @@ __all__ = [
     "state_dir",
     "stderr_console",
     "stdout_console",
+    "user_input",
     "verified_lock",
 ]
 
@@ -83,6 +86,7 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ESCALATION: Final = 3
 EXIT_NOT_SUCCESSOR: Final = 4  # `stockade diff`: the new lock does not directly follow the old one
+EXIT_INTERNAL: Final = 70  # an exception no command expected: a bug (sysexits EX_SOFTWARE)
 
 DEFAULT_STATE_DIR: Final = Path("~/.stockade")
 DEFAULT_LOCK: Final = Path("stockade.lock")
@@ -309,6 +313,41 @@ def open_secrets(root: Path) -> SecretsStore | None:
         return None
     key = MasterKey.load(env=os.environ, key_file=key_file)
     return SecretsStore(root / "secrets.json", key)
+
+
+def add_verb(
+    verbs: Any, name: str, help_text: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """Add the verb ``name`` (with ``--json``) running ``func`` to a command's verbs.
+
+    Args:
+        verbs: what ``parser.add_subparsers(...)`` returned.
+        name: the verb.
+        help_text: its one-line help.
+        func: ``func(args) -> exit status``.
+
+    Returns:
+        The verb's parser, for further options.
+    """
+    verb: argparse.ArgumentParser = verbs.add_parser(name, help=help_text)
+    verb.add_argument("--json", action="store_true", help="machine-readable output")
+    verb.set_defaults(func=func)
+    return verb
+
+
+@contextmanager
+def user_input(hint: str) -> Iterator[None]:
+    """Report a ``ValueError`` raised while the user's own arguments are applied (a bad
+    name, a malformed ``--secret``) as a usage error; wrap only such code, so that any
+    other ``ValueError`` stays an internal error (``INTERNAL_ERROR``, exit 70).
+
+    Raises:
+        UsageFailed: ``USAGE`` with the ValueError's message and ``hint``.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        raise UsageFailed("USAGE", str(exc), hint=hint) from None
 
 
 def add_unsigned_option(parser: argparse.ArgumentParser) -> None:
