@@ -17,6 +17,8 @@ Invariants:
 - **Exclusive create** (:func:`create_exclusive`): the content is written and fsynced in
   a temp file first, then hard-linked into place, so ``path`` never exists half-written
   and an existing file (even a dangling symlink) is never replaced.
+- **Directory swap** (:func:`replace_dir`): a complete staging directory renamed into
+  place, the old one moved aside first and removed after the parent is fsynced.
 - **Interprocess lock** (:func:`interprocess_lock`, :func:`open_lock`): an exclusive
   ``flock`` on a lock file; closing the descriptor releases it. Without ``fcntl``
   (non-POSIX) locking is a no-op and callers are single-process.
@@ -34,6 +36,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -67,6 +70,7 @@ __all__ = [
     "open_regular",
     "read_bounded",
     "read_regular",
+    "replace_dir",
 ]
 
 _CHUNK = 65536
@@ -299,6 +303,33 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     fsync_dir(path.parent)
+
+
+def replace_dir(staging: Path, destination: Path) -> None:
+    """Swap a fully written directory into place with renames, then fsync the parent.
+
+    An existing ``destination`` (even a symlink) is first renamed into a fresh temp
+    directory beside it, ``staging`` is renamed to ``destination``, the parent directory
+    is fsynced and the old copy removed. Nothing is ever half-written under
+    ``destination``: between the two renames it is briefly absent, never mixed.
+
+    Args:
+        staging: the complete new directory, on the same file system (beside
+            ``destination``); the caller has written and, where it matters, fsynced it.
+        destination: where it goes.
+
+    Raises:
+        OSError: a rename failed; ``staging`` is left for the caller to remove.
+    """
+    parent = destination.parent
+    old: Path | None = None
+    if os.path.lexists(destination):
+        old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{destination.name[:16]}.", suffix=".old"))
+        os.replace(destination, old / "previous")
+    os.replace(staging, destination)
+    fsync_dir(parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def fsync_dir(directory: Path) -> None:

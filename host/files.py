@@ -8,6 +8,7 @@ stable import path (``sdk`` never reaches into ``host._*`` modules, DESIGN §1):
   raising the caller's ``StockadeError`` class;
 - :func:`atomic_write`: temp file, fsync, ``os.replace``, directory fsync;
 - :func:`create_exclusive`: write-then-link, never replacing an existing file;
+- :func:`replace_dir`: swap a complete directory into place (bundles, toolchains);
 - :func:`fsync_dir`, :func:`interprocess_lock`.
 
 Example::
@@ -26,6 +27,7 @@ from host._files import (
     interprocess_lock,
     open_regular,
     read_regular,
+    replace_dir,
 )
 
 __all__ = [
@@ -35,4 +37,5 @@ __all__ = [
     "interprocess_lock",
     "open_regular",
     "read_regular",
+    "replace_dir",
 ]

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Final
 
 from host.canonical import canonical_json
+from host.files import replace_dir
 from host.manifest import PackageManifest
 from sdk._cachedir import builds_dir
 from sdk._pydeps import DependencyError, install_dependencies
@@ -645,11 +646,7 @@ def _write_bundle(bundle: Path, manifest: bytes, module: bytes) -> None:
     try:
         (tmp / "module.wasm").write_bytes(module)
         (tmp / "manifest.json").write_bytes(manifest)
-        if bundle.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{bundle.name}-old-", dir=bundle.parent))
-            os.replace(bundle, old / "bundle")
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, bundle)
+        replace_dir(tmp, bundle)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildError(f"cannot write the bundle to {bundle}: {exc}", code="BUILD_WRITE_FAILED") from exc

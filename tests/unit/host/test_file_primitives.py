@@ -28,6 +28,7 @@ from host._files import (
     open_lock,
     read_bounded,
     read_regular,
+    replace_dir,
 )
 from host.errors import LockInvalid, SecretsUnavailable
 
@@ -144,6 +145,33 @@ def test_create_exclusive_refuses_a_dangling_symlink_instead_of_writing_through_
     assert not victim.exists()
     assert link.is_symlink()
     assert _leftovers(tmp_path, {"audit-key", "elsewhere"}) == []
+
+
+def test_replace_dir_swaps_a_whole_directory_and_leaves_no_old_copy(tmp_path: Path) -> None:
+    destination = tmp_path / "bundle"
+    destination.mkdir()
+    (destination / "module.wasm").write_bytes(b"old")
+    (destination / "stale.txt").write_bytes(b"only in the old copy")
+    staging = tmp_path / ".bundle.partial"
+    staging.mkdir()
+    (staging / "module.wasm").write_bytes(b"new")
+    replace_dir(staging, destination)
+    assert sorted(p.name for p in destination.iterdir()) == ["module.wasm"]
+    assert (destination / "module.wasm").read_bytes() == b"new"
+    assert _leftovers(tmp_path, {"bundle"}) == []
+
+
+def test_replace_dir_moves_a_planted_symlink_aside_without_touching_its_target(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_bytes(b"x")
+    destination = tmp_path / "toolchain"
+    destination.symlink_to(victim)
+    staging = tmp_path / "work"
+    staging.mkdir()
+    replace_dir(staging, destination)
+    assert destination.is_dir() and not destination.is_symlink()
+    assert (victim / "keep").read_bytes() == b"x"
 
 
 # -- interprocess locks -------------------------------------------------------------------
