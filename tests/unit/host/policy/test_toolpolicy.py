@@ -110,8 +110,8 @@ def test_selectors_compare_structurally() -> None:
 
 
 def test_class_selector_from_text_equals_the_enum_one_so_a_rule_cannot_be_missed(store: ToolPolicyStore) -> None:
-    # A selector stored as text must match a tool whose effect is the enum: if the two
-    # hashed differently, a user's "disable writes" rule would be silently skipped.
+    # A selector read from a policy file (text) carries the manifest's Effect enum, and
+    # equals one built from the enum, so a user's "disable writes" rule matches the tool.
     assert ClassSelector("write") == ClassSelector(Effect.WRITE)
     assert hash(ClassSelector("write")) == hash(ClassSelector(Effect.WRITE))
     assert ClassSelector("write").effect_class is Effect.WRITE
