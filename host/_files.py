@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import shutil
 import stat
 import tempfile
@@ -242,6 +241,26 @@ def read_regular(
 # -- writes -------------------------------------------------------------------------------
 
 
+def _write_temp(path: Path, data: bytes, mode: int) -> str:
+    """Write ``data`` to a new, fsynced temp file beside ``path`` and return its name.
+
+    ``mkstemp`` creates it with ``O_EXCL`` (and ``O_NOFOLLOW`` where the platform has it);
+    on failure it is removed and the error propagates.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
@@ -256,27 +275,21 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     Raises:
         OSError: the write failed; ``path`` is unchanged and the temp file removed.
     """
-    directory = path.parent
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _write_temp(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    fsync_dir(path.parent)
 
 
 def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """Create ``path`` holding ``data``; never replace anything already there.
 
-    The content is written to a new temp file beside ``path`` (``O_EXCL | O_NOFOLLOW``),
-    fsynced, then hard-linked to ``path`` (the link fails if anything, even a dangling
+    The content is written to a new temp file beside ``path`` (``O_EXCL``), fsynced,
+    then hard-linked to ``path`` (the link fails if anything, even a dangling
     symlink, is there) and the directory fsynced. So ``path`` either does not exist or
     holds all of ``data``: a concurrent reader never sees a half-written file.
 
@@ -289,15 +302,8 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         FileExistsError: something is already at ``path``; it is unchanged.
         OSError: the file cannot be written; nothing is left behind.
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    tmp = _write_temp(path, data, mode)
     try:
-        fd = os.open(tmp, flags, mode)
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.link(tmp, path)
     finally:
         with contextlib.suppress(OSError):
