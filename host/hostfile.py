@@ -189,6 +189,8 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
                 values[key] = value
         else:
             problems.append({"loc": loc, "msg": "unknown key"})
+    if values.get("require_signatures") is True and values.get("unsafe_allow_unsigned") is True:
+        problems.append({"loc": "host.unsafe_allow_unsigned", "msg": "contradicts require_signatures = true"})
     return values
 
 

@@ -83,3 +83,10 @@ def test_unsafe_allow_unsigned_round_trips_and_must_be_a_bool(tmp_path: Path) ->
     with pytest.raises(ConfigInvalid) as caught:
         load_host_file(bad)
     assert caught.value.details["problems"] == [{"loc": "host.unsafe_allow_unsigned", "msg": "must be true or false"}]
+    both = tmp_path / "both.toml"
+    both.write_text('format = "stockade.host/1"\n[host]\nrequire_signatures = true\nunsafe_allow_unsigned = true\n')
+    with pytest.raises(ConfigInvalid) as contradiction:
+        load_host_file(both)
+    assert contradiction.value.details["problems"] == [
+        {"loc": "host.unsafe_allow_unsigned", "msg": "contradicts require_signatures = true"}
+    ]
