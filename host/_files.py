@@ -1,87 +1,264 @@
-"""Bounded reads of untrusted files and atomic writes of host state (STYLE §8, §9).
+"""File primitives for host state and untrusted files: one implementation each (issue 16).
 
-Private helpers; not part of the public API.
+Private to ``host``; ``sdk`` and other outside callers use the public re-exports in
+:mod:`host.files`.
+
+Invariants:
+
+- **Bounded regular-file reads** (:func:`read_bounded`, :func:`open_regular`,
+  :func:`read_regular`) open non-blocking (a FIFO opens at once instead of waiting for
+  a writer), check the type with ``fstat`` on the open descriptor (a swap between check
+  and read is harmless), refuse FIFOs, devices, sockets and directories, never read more
+  than the bound plus one byte, and close the descriptor on every refusal (issue 9.7).
+  With ``nofollow=True`` a symlink in the last path component is refused (``O_NOFOLLOW``).
+- **Atomic write** (:func:`atomic_write`): temp file in the same directory, fsync,
+  ``os.replace``, fsync of the directory: a crash leaves the old or the new content,
+  never a torn file (STYLE §8).
+- **Exclusive create** (:func:`create_exclusive`): the content is written and fsynced in
+  a temp file first, then hard-linked into place, so ``path`` never exists half-written
+  and an existing file (even a dangling symlink) is never replaced.
+- **Directory swap** (:func:`replace_dir`): a complete staging directory renamed into
+  place, the old one moved aside first and removed after the parent is fsynced.
+- **Interprocess lock** (:func:`interprocess_lock`, :func:`open_lock`): an exclusive
+  ``flock`` on a lock file; closing the descriptor releases it. Without ``fcntl``
+  (non-POSIX) locking is a no-op and callers are single-process.
+
+Example::
+
+    with interprocess_lock(path.with_name(path.name + ".lock")):
+        data = read_regular(path, 1 << 20, what="approvals file", error=ApprovalInvalid)
+        atomic_write(path, edit(data))
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 from host.errors import StockadeError
 
-__all__ = ["atomic_write", "fsync_dir", "open_regular", "read_regular"]
+_fcntl: ModuleType | None
+try:
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - non-POSIX platforms
+    _fcntl = None
+
+LOCKING: bool = _fcntl is not None
+"""True where :func:`lock_exclusive` really locks (POSIX ``flock``); callers that must
+not run unserialized refuse to start when it is False."""
+
+__all__ = [
+    "LOCKING",
+    "FileTooLarge",
+    "LockHeld",
+    "NotRegularFile",
+    "atomic_write",
+    "create_exclusive",
+    "fsync_dir",
+    "interprocess_lock",
+    "lock_exclusive",
+    "open_lock",
+    "open_regular",
+    "read_bounded",
+    "read_regular",
+    "replace_dir",
+]
+
+_CHUNK = 65536
 
 
-def open_regular(path: Path, limit: int | None, *, what: str, error: type[StockadeError]) -> BinaryIO:
+class FileTooLarge(OSError):
+    """A file is larger than the caller's bound (its content is unusable, not unreadable)."""
+
+
+class NotRegularFile(OSError):
+    """A path names a directory, FIFO, device or socket where a regular file belongs."""
+
+
+class LockHeld(BlockingIOError):
+    """A non-blocking lock request found the lock held by another descriptor or process."""
+
+
+# -- bounded reads ------------------------------------------------------------------------
+
+
+def _open_fd(path: Path, *, nofollow: bool) -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only and non-blocking; refuse anything but a regular file.
+
+    Raises:
+        OSError: cannot be opened (``FileNotFoundError``; ``ELOOP`` for a refused symlink).
+        NotRegularFile: not a regular file; the descriptor is closed.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def _read_fd(fd: int, limit: int, path: Path) -> bytes:
+    """Read at most ``limit`` bytes from ``fd``; :class:`FileTooLarge` past it."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise FileTooLarge(errno.EFBIG, f"{path} is larger than {limit} bytes")
+        chunks.append(chunk)
+
+
+def read_bounded(path: Path, max_bytes: int, *, nofollow: bool = False) -> tuple[bytes, os.stat_result]:
+    """Read a whole regular file of at most ``max_bytes`` bytes (the ``OSError`` face).
+
+    Args:
+        path: the file.
+        max_bytes: the largest size accepted, in bytes.
+        nofollow: refuse a symlink in the last component (``ELOOP``).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        NotRegularFile: a directory, FIFO, device or socket (never blocks on a FIFO).
+        FileTooLarge: the file holds more than ``max_bytes`` bytes (read at most one more).
+        OSError: any other open or read failure. No descriptor stays open.
+
+    Returns:
+        The bytes and the ``fstat`` of the descriptor they were read from.
+    """
+    fd, info = _open_fd(path, nofollow=nofollow)
+    try:
+        return _read_fd(fd, max_bytes, path), info
+    finally:
+        os.close(fd)
+
+
+def _refusal(exc: OSError, what: str, shown: str, *, nofollow: bool) -> str:
+    if isinstance(exc, NotRegularFile):
+        return f"{what} {shown!r} is not a regular file"
+    if nofollow and exc.errno == errno.ELOOP:
+        return f"cannot open {what} {shown!r}: it is a symlink (refused)"
+    return f"cannot open {what} {shown!r}: {exc.strerror or exc}"
+
+
+def open_regular(
+    path: Path,
+    limit: int | None,
+    *,
+    what: str,
+    error: type[StockadeError],
+    nofollow: bool = False,
+    raw_missing: bool = False,
+) -> BinaryIO:
     """Open a regular file for reading without ever blocking on it or leaking its descriptor.
-
-    The file is opened non-blocking (a FIFO opens at once instead of waiting for a
-    writer) and checked with ``fstat`` on the open descriptor, so a swap between check
-    and read is harmless. FIFOs, devices, sockets and directories are refused. On any
-    refusal the descriptor is closed before the error propagates (issue 9.7: a directory
-    used to leak one descriptor per attempt).
 
     Args:
         path: the file.
         limit: the most bytes accepted (checked against the size at open), or ``None``.
         what: a name for messages (``"manifest.json"``).
         error: the StockadeError class to raise.
+        nofollow: refuse a symlink in the last component.
+        raw_missing: let a missing file raise the builtin ``FileNotFoundError`` (for
+            callers that create the file or treat "absent" as a state) instead of ``error``.
 
     Raises:
-        StockadeError: of class ``error``: missing, unreadable, not regular, or too large.
+        StockadeError: of class ``error``: missing, a refused symlink, unreadable, not
+            regular (directory, FIFO, device), or too large. No descriptor stays open.
+        FileNotFoundError: only with ``raw_missing=True``.
 
     Returns:
         An open binary file; the caller closes it (``with``).
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     shown = str(path)[:300]
     try:
-        fd = os.open(path, flags)
+        fd, info = _open_fd(path, nofollow=nofollow)
+    except FileNotFoundError:
+        if raw_missing:
+            raise
+        raise error(f"cannot open {what} {shown!r}: No such file or directory", path=shown) from None
     except OSError as exc:
-        raise error(f"cannot open {what} {shown!r}: {exc.strerror}", path=shown) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{what} {shown!r} is not a regular file", path=shown)
-        if limit is not None and info.st_size > limit:
-            raise error(f"{what} is {info.st_size} bytes, over the limit of {limit}", path=shown)
-        handle = os.fdopen(fd, "rb")
-    except BaseException:
+        raise error(_refusal(exc, what, shown, nofollow=nofollow), path=shown) from None
+    if limit is not None and info.st_size > limit:
         os.close(fd)
-        raise
-    return handle
+        raise error(f"{what} is {info.st_size} bytes, over the limit of {limit}", path=shown)
+    return os.fdopen(fd, "rb")
 
 
-def read_regular(path: Path, limit: int, *, what: str, error: type[StockadeError]) -> bytes:
-    """Read a regular file of at most ``limit`` bytes, once (see :func:`open_regular`).
+def read_regular(
+    path: Path,
+    limit: int,
+    *,
+    what: str,
+    error: type[StockadeError],
+    nofollow: bool = False,
+    raw_missing: bool = False,
+) -> bytes:
+    """Read a regular file of at most ``limit`` bytes, once (the StockadeError face).
 
     Args:
         path: the file.
         limit: the most bytes accepted.
         what: a name for messages (``"manifest.json"``).
         error: the StockadeError class to raise.
+        nofollow: refuse a symlink in the last component.
+        raw_missing: let a missing file raise the builtin ``FileNotFoundError``.
 
     Raises:
-        StockadeError: of class ``error``: missing, unreadable, not regular (a directory,
-            FIFO or device), or too large. No descriptor stays open.
+        StockadeError: of class ``error``: missing, a refused symlink, unreadable, not
+            regular (a directory, FIFO or device), or too large. No descriptor stays open.
+        FileNotFoundError: only with ``raw_missing=True``.
 
     Returns:
         The bytes.
     """
     shown = str(path)[:300]
-    with open_regular(path, limit, what=what, error=error) as handle:
+    opened = open_regular(path, limit, what=what, error=error, nofollow=nofollow, raw_missing=raw_missing)
+    with opened as handle:
         try:
-            data = handle.read(limit + 1)
+            return _read_fd(handle.fileno(), limit, path)
+        except FileTooLarge:
+            raise error(f"{what} grew past the limit of {limit} bytes while reading", path=shown) from None
         except OSError as exc:
             raise error(f"cannot read {what} {shown!r}: {exc.strerror}", path=shown) from None
-    if len(data) > limit:
-        raise error(f"{what} grew past the limit of {limit} bytes while reading", path=shown)
-    return data
+
+
+# -- writes -------------------------------------------------------------------------------
+
+
+def _write_temp(path: Path, data: bytes, mode: int) -> str:
+    """Write ``data`` to a new, fsynced temp file beside ``path`` and return its name.
+
+    ``mkstemp`` creates it with ``O_EXCL`` (and ``O_NOFOLLOW`` where the platform has it);
+    on failure it is removed and the error propagates.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
@@ -90,23 +267,75 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     Temp file in the same directory, write, flush, fsync, ``os.replace``, fsync the
     directory: a crash leaves either the old or the new file, never a torn one.
 
+    Args:
+        path: the file to create or replace (a symlink at ``path`` is replaced, not followed).
+        data: the new content.
+        mode: the new file's permission bits.
+
     Raises:
         OSError: the write failed; ``path`` is unchanged and the temp file removed.
     """
-    directory = path.parent
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _write_temp(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    fsync_dir(path.parent)
+
+
+def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Create ``path`` holding ``data``; never replace anything already there.
+
+    The content is written to a new temp file beside ``path`` (``O_EXCL``), fsynced,
+    then hard-linked to ``path`` (the link fails if anything, even a dangling
+    symlink, is there) and the directory fsynced. So ``path`` either does not exist or
+    holds all of ``data``: a concurrent reader never sees a half-written file.
+
+    Args:
+        path: the file to create.
+        data: its content.
+        mode: its permission bits.
+
+    Raises:
+        FileExistsError: something is already at ``path``; it is unchanged.
+        OSError: the file cannot be written; nothing is left behind.
+    """
+    tmp = _write_temp(path, data, mode)
+    try:
+        os.link(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+
+
+def replace_dir(staging: Path, destination: Path) -> None:
+    """Swap a fully written directory into place with renames, then fsync the parent.
+
+    An existing ``destination`` (even a symlink) is first renamed into a fresh temp
+    directory beside it, ``staging`` is renamed to ``destination``, the parent directory
+    is fsynced and the old copy removed. Nothing is ever half-written under
+    ``destination``: between the two renames it is briefly absent, never mixed.
+
+    Args:
+        staging: the complete new directory, on the same file system (beside
+            ``destination``); the caller has written and, where it matters, fsynced it.
+        destination: where it goes.
+
+    Raises:
+        OSError: a rename failed; ``staging`` is left for the caller to remove.
+    """
+    parent = destination.parent
+    old: Path | None = None
+    if os.path.lexists(destination):
+        old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{destination.name[:16]}.", suffix=".old"))
+        os.replace(destination, old / "previous")
+    os.replace(staging, destination)
+    fsync_dir(parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -118,3 +347,75 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+# -- interprocess locks -------------------------------------------------------------------
+
+
+def lock_exclusive(fd: int, *, blocking: bool = True) -> None:
+    """Take an exclusive ``flock`` on an open descriptor (a no-op without ``fcntl``).
+
+    Args:
+        fd: the descriptor; closing it (or every duplicate) releases the lock.
+        blocking: wait for the lock; when False, refuse at once if it is held.
+
+    Raises:
+        LockHeld: ``blocking=False`` and another descriptor holds the lock.
+        OSError: the lock cannot be taken.
+    """
+    if _fcntl is None:  # pragma: no cover - non-POSIX platforms: one process assumed
+        return
+    try:
+        _fcntl.flock(fd, _fcntl.LOCK_EX | (0 if blocking else _fcntl.LOCK_NB))
+    except OSError as exc:
+        if not blocking and exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            raise LockHeld(exc.errno, "the lock is held by another process") from None
+        raise
+
+
+def open_lock(path: Path, *, blocking: bool = True, nofollow: bool = False) -> int:
+    """Open (creating, mode 0600) the lock file ``path`` and lock it exclusively.
+
+    Args:
+        path: the lock file (its content is never read or written).
+        blocking: wait for the lock (see :func:`lock_exclusive`).
+        nofollow: refuse a symlink at ``path``.
+
+    Raises:
+        LockHeld: ``blocking=False`` and the lock is held; no descriptor stays open.
+        OSError: the lock file cannot be opened or locked; no descriptor stays open.
+
+    Returns:
+        The descriptor holding the lock; ``os.close`` releases it.
+    """
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        lock_exclusive(fd, blocking=blocking)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def interprocess_lock(path: Path, *, nofollow: bool = False) -> Iterator[None]:
+    """Hold an exclusive, blocking ``flock`` on the lock file ``path`` for the block.
+
+    Serializes read-modify-write edits between processes (and between threads that
+    each enter the block: every entry opens its own descriptor).
+
+    Args:
+        path: the lock file, created 0600 if missing.
+        nofollow: refuse a symlink at ``path``.
+
+    Raises:
+        OSError: the lock file cannot be opened or locked.
+    """
+    fd = open_lock(path, nofollow=nofollow)
+    try:
+        yield
+    finally:
+        os.close(fd)

@@ -18,7 +18,7 @@ from typing import Final, NoReturn, final
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from host._files import fsync_dir
+from host._files import create_exclusive, open_regular
 from host.errors import SecretsUnavailable
 
 __all__ = ["MASTER_KEY_ENV", "MasterKey", "generate_key_file"]
@@ -124,31 +124,9 @@ def _decode_key_text(text: str, source: str) -> bytes:
         ) from exc
 
 
-def _open_regular(path: Path, what: str) -> tuple[int, os.stat_result] | None:
-    """Open a regular file without following symlinks; ``None`` if it does not exist.
-
-    Raises:
-        SecretsUnavailable: the path is a symlink, not a regular file or unreadable.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise SecretsUnavailable(f"cannot open {what} {path} (a symlink or unreadable)") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise SecretsUnavailable(f"{what} {path} is not a regular file")
-    return fd, info
-
-
 def _read_key_file(path: Path) -> str:
-    opened = _open_regular(path, "master key file")
-    if opened is None:
-        raise SecretsUnavailable(f"cannot open master key file {path}: it does not exist")
-    fd, info = opened
-    with os.fdopen(fd, "rb") as handle:
+    with open_regular(path, None, what="master key file", error=SecretsUnavailable, nofollow=True) as handle:
+        info = os.fstat(handle.fileno())
         if info.st_mode & 0o077:
             raise SecretsUnavailable(
                 f"master key file {path} is accessible by group or others "
@@ -186,32 +164,10 @@ def generate_key_file(path: Path) -> MasterKey:
     while len(set(material)) < MIN_KEY_DISTINCT:  # pragma: no cover - p ~ 0
         material = _random.token_bytes(32)
     text = base64.b64encode(material) + b"\n"
-    tmp = _write_temp(path, text)
     try:
-        os.link(tmp, path)
+        create_exclusive(path, text)
     except FileExistsError:
         raise
     except OSError as exc:
         raise SecretsUnavailable(f"cannot create master key file {path}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
     return MasterKey(material)
-
-
-def _write_temp(target: Path, data: bytes) -> Path:
-    """Write ``data`` to a new 0600 file next to ``target`` and fsync it."""
-    tmp = target.with_name(f".{target.name}.{_random.token_hex(8)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise SecretsUnavailable(f"cannot write in {target.parent}") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise SecretsUnavailable(f"cannot write in {target.parent}") from exc
-    return tmp

@@ -34,7 +34,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,14 +43,9 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from host._files import atomic_write, read_regular
+from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
 from host.errors import ApprovalInvalid
 from host.plan import InvocationPlan
-
-try:
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - non-POSIX platforms
-    _fcntl = None  # type: ignore[assignment]  # flock is unavailable; the queue refuses to open
 
 __all__ = ["FORMAT", "MAX_PENDING", "ApprovalQueue", "PendingApproval", "Redemption", "asdict_entry"]
 
@@ -116,7 +110,7 @@ class ApprovalQueue:
     def __init__(self, state_dir: Path, *, ttl_s: float = DEFAULT_TTL_S, clock: Any = time.time) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
-        if _fcntl is None:  # pragma: no cover - non-POSIX platforms
+        if not LOCKING:  # pragma: no cover - non-POSIX platforms
             raise RuntimeError("the approval queue needs flock (POSIX)")
         self._dir = Path(state_dir)
         self._path = self._dir / "approvals.json"
@@ -235,16 +229,12 @@ class ApprovalQueue:
     @contextmanager
     def _locked(self, *, write: bool = True) -> Iterator[dict[_Key, PendingApproval]]:
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            _fcntl.flock(fd, _fcntl.LOCK_EX)
+        with interprocess_lock(self._lock_path):
             entries, expired = self._load()
             before = dict(entries)
             yield entries
             if write and (expired or entries != before):
                 self._store(entries)
-        finally:
-            os.close(fd)  # closing releases the flock
 
     def _load(self) -> tuple[dict[_Key, PendingApproval], bool]:
         """(live entries, whether any expired entry was dropped)."""

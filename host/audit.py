@@ -89,21 +89,15 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any, Final, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from host._files import open_regular
+from host._files import LockHeld, lock_exclusive, open_regular
 from host.auditkey import AuditKey, verify_signature
 from host.canonical import canonical_json, parse_json
 from host.errors import AuditUnavailable, StockadeError
-
-_fcntl: ModuleType | None
-try:
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - non-POSIX platforms
-    _fcntl = None
 
 __all__ = [
     "CHECKPOINT_KIND",
@@ -522,13 +516,13 @@ class AuditLog:
             self._thread.start()
 
     def _take_lock(self) -> None:
-        if _fcntl is None or self._fd is None:  # pragma: no cover - non-POSIX platforms
+        if self._fd is None:  # pragma: no cover - set just before
             return
         try:
-            _fcntl.flock(self._fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+            lock_exclusive(self._fd, blocking=False)
+        except LockHeld:
+            raise AuditUnavailable("the audit log is open in another writer") from None
         except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                raise AuditUnavailable("the audit log is open in another writer") from None
             raise AuditUnavailable(f"cannot lock the audit log: {exc.strerror or exc}") from None
 
     def _resume(self) -> tuple[int, str]:

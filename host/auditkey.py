@@ -36,13 +36,13 @@ import secrets as _random
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Final, final
+from typing import BinaryIO, Final, final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from host._files import atomic_write, fsync_dir
+from host._files import atomic_write, create_exclusive, open_regular
 from host.errors import AuditUnavailable
 from host.signing import key_id_for
 
@@ -129,34 +129,21 @@ def verify_signature(
     return True
 
 
+def _open(path: Path, what: str) -> BinaryIO:
+    """Open a key file (no symlink, regular only); a missing file raises FileNotFoundError."""
+    return open_regular(
+        path, None, what=f"the {what}", error=AuditUnavailable, nofollow=True, raw_missing=True
+    )
+
+
 def _read_file(path: Path, what: str) -> bytes:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise AuditUnavailable(f"cannot open the {what} {path}: {exc.strerror or exc} (a symlink?)") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise AuditUnavailable(f"the {what} {path} is not a regular file")
+    with _open(path, what) as handle:
         return handle.read(_MAX_KEY_TEXT + 1)
 
 
 def _read_private(path: Path) -> bytes:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        why = exc.strerror or exc
-        raise AuditUnavailable(f"cannot open the audit key {path}: {why} (a symlink?)") from None
-    with os.fdopen(fd, "rb") as handle:
+    with _open(path, "audit key") as handle:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise AuditUnavailable(f"the audit key {path} is not a regular file")
         if info.st_mode & 0o077:
             raise AuditUnavailable(
                 f"the audit key {path} is accessible by group or others "
@@ -181,22 +168,12 @@ def _decode(text: bytes, path: Path) -> bytes:
 def _create(path: Path) -> bytes:
     """Write a new seed to ``path`` (0600, fsynced, linked: never replaces a file)."""
     seed = _random.token_bytes(32)
-    tmp = path.with_name(f".{path.name}.{_random.token_hex(8)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(base64.b64encode(seed) + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:  # another process created it first: use theirs
-            return _decode(_read_private(path), path)
+        create_exclusive(path, base64.b64encode(seed) + b"\n")
+    except FileExistsError:  # another process created it first: use theirs
+        return _decode(_read_private(path), path)
     except OSError as exc:
         raise AuditUnavailable(f"cannot create the audit key {path}: {exc.strerror or exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
     return seed
 
 

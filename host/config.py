@@ -62,8 +62,11 @@ class HostConfig:
         state_dir: where the host keeps accepted lock state, the artifact cache and its
             HMAC key, secrets and policy files. Created with mode 0700 if missing.
         ceilings: host-wide resource ceilings.
-        require_signatures: refuse any locked package without a valid signature.
+        require_signatures: refuse any locked package without a valid signature, even
+            when no trusted keys are configured (every package is then refused).
         trusted_keys_file: JSON file of trusted Ed25519 public keys (see host.lock).
+            Configuring trusted keys makes package signatures required (an unsigned
+            package is SIGNATURE_INVALID) unless ``unsafe_allow_unsigned``.
         trusted_operator_keys_file: JSON file (same format) of the operator keys trusted
             to sign whole locks. When set, every lock must carry a valid lock signature
             by one of them (SIGNATURE_INVALID otherwise); see host.lock.
@@ -73,6 +76,10 @@ class HostConfig:
         unsafe_allow_loopback: TEST ONLY. Lets egress reach loopback addresses (and
             only those, besides public ones). A manifest cannot set it; using it logs a
             warning and is recorded in the audit log.
+        unsafe_allow_unsigned: accept unsigned packages although trusted keys are
+            configured (a signature that is present is still verified). Weakens the
+            host: using it logs a warning and is recorded in the ``lock.accepted`` audit
+            record. Contradicts ``require_signatures`` (ValueError).
         audit_durability: ``"full"`` (default: a call returns only after its outcome
             record is on disk; concurrent calls share fsyncs) or ``"flush"`` (written to
             the OS before the call returns; fsynced within ``audit_flush_interval_ms``
@@ -103,6 +110,7 @@ class HostConfig:
     admin_policy_dir: Path | None = None
     extra_ca_file: Path | None = None
     unsafe_allow_loopback: bool = False
+    unsafe_allow_unsigned: bool = False
     audit_durability: Literal["full", "flush"] = "full"
     audit_flush_interval_ms: int = 50
     audit_checkpoint_every: int = 1000
@@ -127,6 +135,25 @@ class HostConfig:
                 "unsafe_allow_loopback is on: plugins may reach 127.0.0.0/8 and ::1. "
                 "Use it only in tests."
             )
+        if self.unsafe_allow_unsigned:
+            if self.require_signatures:
+                raise ValueError("HostConfig: require_signatures and unsafe_allow_unsigned contradict")
+            _log.warning(
+                "unsafe_allow_unsigned is on: packages without a signature are accepted although "
+                "trusted keys may be configured."
+            )
+
+    def signatures_required(self, *, keys_trusted: bool) -> bool:
+        """Whether a package without a signature is refused (SIGNATURE_INVALID).
+
+        Args:
+            keys_trusted: whether trusted package keys are configured for this load.
+
+        Returns:
+            True with ``require_signatures``; True when keys are trusted, unless
+            ``unsafe_allow_unsigned``; False otherwise.
+        """
+        return self.require_signatures or (keys_trusted and not self.unsafe_allow_unsigned)
 
     @property
     def artifact_dir(self) -> Path:

@@ -304,6 +304,7 @@ class Host:
                     "unsafe_accept_rollback": unsafe_accept_rollback,
                     "overridden": list(overridden),
                     "unsafe_allow_loopback": config.unsafe_allow_loopback,
+                    "unsafe_allow_unsigned": config.unsafe_allow_unsigned,
                 },
             )
             sources = mcp_hosting.start_sources(

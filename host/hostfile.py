@@ -11,6 +11,7 @@ One place for what every host command would otherwise repeat (issue 13, item 1; 
     trusted_keys = "trusted-keys.json"       # stockade.keys/1
     trusted_operator_keys = "operator-keys.json"  # optional: the whole lock must be signed by one
     require_signatures = true
+    # unsafe_allow_unsigned = true           # development only: trusted keys without required signatures
     store = "local"                          # state-store backend: "local" or a postgresql:// URL
     audit = ".stockade/audit.log"            # default: <state_dir>/audit.log
     admin_policy_dir = "/etc/stockade/admin" # managed cap (cap.json); optional
@@ -19,7 +20,8 @@ Rules (fail closed): every key is optional, unknown keys and wrong types are err
 (:class:`~host.errors.ConfigInvalid` listing every problem); relative paths are relative
 to the directory holding the file, ``~`` is expanded. Options given on a command line win
 over the file; the file wins over built-in defaults. ``require_signatures = true`` cannot
-be switched off from the command line.
+be switched off from the command line. With ``trusted_keys`` set, package signatures are
+required unless ``unsafe_allow_unsigned = true`` (``HostConfig.unsafe_allow_unsigned``).
 
 Which file (:func:`find_host_file`): ``--config FILE``, else ``$STOCKADE_CONFIG`` (both
 must exist), else ``./stockade.host.toml``, else ``<state dir>/stockade.host.toml`` where
@@ -79,6 +81,7 @@ class HostFile:
             absolute paths (``trusted_operator_keys``: keys one of which must sign the
             whole lock, for commands that support operator-signed locks).
         require_signatures: refuse unsigned packages.
+        unsafe_allow_unsigned: accept unsigned packages although trusted keys are set.
         store: the state-store backend (``"local"`` or a PostgreSQL URL).
     """
 
@@ -88,6 +91,7 @@ class HostFile:
     trusted_keys: Path | None = None
     trusted_operator_keys: Path | None = None
     require_signatures: bool | None = None
+    unsafe_allow_unsigned: bool | None = None
     store: str | None = None
     audit: Path | None = None
     admin_policy_dir: Path | None = None
@@ -173,7 +177,7 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
                 problems.append({"loc": loc, "msg": "must be a non-empty path string"})
             else:
                 values[key] = value
-        elif key == "require_signatures":
+        elif key in ("require_signatures", "unsafe_allow_unsigned"):
             if not isinstance(value, bool):
                 problems.append({"loc": loc, "msg": "must be true or false"})
             else:
@@ -185,6 +189,8 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
                 values[key] = value
         else:
             problems.append({"loc": loc, "msg": "unknown key"})
+    if values.get("require_signatures") is True and values.get("unsafe_allow_unsigned") is True:
+        problems.append({"loc": "host.unsafe_allow_unsigned", "msg": "contradicts require_signatures = true"})
     return values
 
 
@@ -201,6 +207,7 @@ def render_host_file(
     require_signatures: bool,
     store: str = "local",
     audit: str | None = None,
+    unsafe_allow_unsigned: bool = False,
 ) -> str:
     """The TOML text of a host config file (what ``stockade init`` writes).
 
@@ -218,6 +225,8 @@ def render_host_file(
     if trusted_keys is not None:
         lines.append(f"trusted_keys = {_toml_string(trusted_keys)}")
     lines.append(f"require_signatures = {'true' if require_signatures else 'false'}")
+    if unsafe_allow_unsigned:
+        lines.append("unsafe_allow_unsigned = true  # trusted keys, yet unsigned packages are accepted")
     lines.append(f"store = {_toml_string(store)}")
     if audit is not None:
         lines.append(f"audit = {_toml_string(audit)}")

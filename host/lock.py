@@ -41,7 +41,9 @@ Verification order in :func:`load_lock` (each step fails closed):
    under size caps, and compare their sha256 with the lock *before* anything parses the
    manifest or compiles the module (DIGEST_MISMATCH);
 2. verify the signature when present, and require it when
-   ``HostConfig.require_signatures`` (SIGNATURE_INVALID). A signature is never ignored:
+   ``HostConfig.require_signatures`` or when trusted package keys are configured, unless
+   ``HostConfig.unsafe_allow_unsigned`` (SIGNATURE_INVALID, ``reason="unsigned"``; see
+   :meth:`HostConfig.signatures_required`). A signature is never ignored:
    one made by a key that is not trusted is refused even if signatures are optional;
    (an entry with a ``source`` whose store directory is absent is BUNDLE_MISSING: the
    host never uses the network; ``stockade lock fetch`` fills the store);
@@ -364,6 +366,19 @@ def _verify_signature(entry: LockEntry, *, require: bool, keys: TrustedKeys | No
     """Verify when required by policy or when present: a signature is never ignored."""
     if not require and entry.signature is None:
         return
+    if keys is not None and entry.signature is None:
+        raise SignatureInvalid(
+            f"package {entry.name}@{entry.version} is not signed, and this host requires signatures "
+            "(trusted keys are configured)",
+            hint=(
+                "Sign the bundle with a key the trusted keys file lists (`stockade sign --key KEY.pem "
+                "BUNDLE`, then `stockade lock add` again). For development only, accept unsigned "
+                "packages with HostConfig(unsafe_allow_unsigned=True) / `--unsafe-allow-unsigned` "
+                "(logged and audited)."
+            ),
+            package=entry.name,
+            reason="unsigned",
+        )
     if keys is None:
         signer = f"signed by key {entry.key_id}, which is not trusted here" if entry.key_id else "not signed"
         raise SignatureInvalid(
@@ -404,7 +419,7 @@ def _load_package(
     _digest_check(entry, "manifest.json", manifest_bytes, entry.manifest_sha256)
     _digest_check(entry, "module.wasm", module_bytes, entry.module_sha256)
     # (2) signatures, over the digests just checked.
-    _verify_signature(entry, require=config.require_signatures, keys=keys)
+    _verify_signature(entry, require=config.signatures_required(keys_trusted=keys is not None), keys=keys)
     # (3) the manifest, now that its bytes are the locked ones.
     try:
         manifest = PackageManifest.from_json(manifest_bytes, ceilings=config.ceilings)
@@ -454,10 +469,12 @@ def load_lock(
 
     Args:
         path: the lock file.
-        config: host configuration (ceilings, ``require_signatures``, ``trusted_keys_file``,
-            ``trusted_operator_keys_file``).
+        config: host configuration (ceilings, ``require_signatures``,
+            ``unsafe_allow_unsigned``, ``trusted_keys_file``, ``trusted_operator_keys_file``).
         trusted_keys: the trusted package keys; ``None`` loads ``config.trusted_keys_file``
             when set, otherwise no key is trusted (every signed package is then refused).
+            When keys are trusted, every package must be signed by one of them unless
+            ``config.unsafe_allow_unsigned``.
         operator_keys: the trusted operator keys; ``None`` loads
             ``config.trusted_operator_keys_file`` when set. When either is given, the lock
             must carry a valid lock signature by one of them.

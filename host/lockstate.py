@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal, final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from host._files import atomic_write, read_regular
+from host._files import atomic_write, interprocess_lock, read_regular
 from host.canonical import canonical_json, parse_json
 from host.errors import InputInvalid, LockInvalid, LockRollback
 from host.manifest import is_name, is_semver
@@ -359,17 +359,8 @@ class LockState:
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
         """Serialize accept() between processes sharing the state directory."""
-        try:
-            import fcntl  # noqa: PLC0415 - POSIX only; elsewhere accept() is single-process
-        except ImportError:  # pragma: no cover
+        with interprocess_lock(self._state_dir / ".lock-state.lock"):
             yield
-            return
-        fd = os.open(self._state_dir / ".lock-state.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
 
     def _write(self, state: AcceptedState) -> None:
         try:

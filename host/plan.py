@@ -54,7 +54,7 @@ from host.errors import (
     RequestInvalid,
     StockadeError,
 )
-from host.policy.engine import Decision, Effect, Fence, PolicyEngine, check_fences
+from host.policy.engine import Decision, Fence, PolicyEngine, Verdict, check_fences
 from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition
@@ -335,7 +335,7 @@ def _decide(engine: PolicyEngine, principal: Principal, permissions: list[str]) 
         yield engine.authorize(principal, principal.project, permission)
 
 
-def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Effect, Fence]:
+def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Verdict, Fence]:
     """Ask the engine about every required permission; a deny lists ALL denied ones (issue 13)."""
     decisions: list[Decision] = []
     denied: list[tuple[str, str]] = []
@@ -348,18 +348,18 @@ def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition)
             raise
         except Exception as exc:  # a broken store (or a short answer) must fail closed, not crash open
             raise PolicyUnavailable(f"policy engine failed: {type(exc).__name__}") from exc
-        if not isinstance(decision, Decision) or not isinstance(decision.effect, Effect):
+        if not isinstance(decision, Decision) or not isinstance(decision.verdict, Verdict):
             raise PolicyUnavailable("policy engine returned a malformed decision")
-        if decision.effect is Effect.DENY:
+        if decision.verdict is Verdict.DENY:
             denied.append((permission, decision.reason))
         else:
             decisions.append(decision)
     if denied:
         raise _denied(principal, tool, denied)
     fence = check_fences(decisions)
-    if any(d.effect is Effect.REQUIRE_APPROVAL for d in decisions):
-        return Effect.REQUIRE_APPROVAL, fence
-    return Effect.ALLOW, fence
+    if any(d.verdict is Verdict.REQUIRE_APPROVAL for d in decisions):
+        return Verdict.REQUIRE_APPROVAL, fence
+    return Verdict.ALLOW, fence
 
 
 def _denied(principal: Principal, tool: ToolDefinition, denied: list[tuple[str, str]]) -> PolicyDenied:
@@ -458,14 +458,14 @@ def prepare(
     if expires is not None and not expires > reference:  # written so that NaN counts as expired
         raise RequestInvalid("the principal has expired; authenticate again")
     tool = registry.get(req.tool, req.version)
-    engine_effect, fence = _authorize(engine, req.principal, tool)
+    engine_verdict, fence = _authorize(engine, req.principal, tool)
     try:
         mode = tool_policy.resolve(
             req.principal.subject,
             req.principal.project,
             tool=tool.name,
             service=service_of(tool.name),
-            effect=_enum_value(tool.effect),
+            effect=tool.effect,
         )
     except StockadeError:
         raise
@@ -473,9 +473,9 @@ def prepare(
         raise PolicyUnavailable(f"tool policy failed: {type(exc).__name__}") from exc
     # A grant is looked up only when, without one, a person would be asked: it can change
     # nothing else, and with a shared store each lookup is a database round trip.
-    verdict = final_decision(engine_effect, mode, False)
+    verdict = final_decision(engine_verdict, mode, False)
     if verdict == "approval" and grants.discharges(req.principal.key, req.session, tool.name):
-        verdict = final_decision(engine_effect, mode, True)
+        verdict = final_decision(engine_verdict, mode, True)
     if verdict == "deny":
         words = shlex.join([req.principal.project, req.principal.subject, f"{tool.name}@{tool.version}"])
         raise PolicyDenied(

@@ -81,19 +81,13 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
-from host._files import atomic_write
+from host._files import atomic_write, open_lock, read_regular
 from host._masterkey import (
     MASTER_KEY_ENV,
     MasterKey,
-    _open_regular,
     generate_key_file,
 )
 from host.errors import SecretsUnavailable
-
-try:  # POSIX only; without it writers are serialized in-process only.
-    import fcntl
-except ImportError:  # pragma: no cover - not on the supported platforms
-    fcntl = None  # type: ignore[assignment]  # reason: optional module on non-POSIX
 
 __all__ = [
     "FORMAT",
@@ -446,14 +440,13 @@ class SecretsStore:
         return _Document(format=FORMAT, key_check=check, entries=())
 
     def _read_bytes(self) -> bytes | None:
-        opened = _open_regular(self._path, "secrets file")
-        if opened is None:
+        try:
+            return read_regular(
+                self._path, MAX_FILE_BYTES, what="secrets file", error=SecretsUnavailable,
+                nofollow=True, raw_missing=True,
+            )
+        except FileNotFoundError:
             return None
-        with os.fdopen(opened[0], "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise SecretsUnavailable(f"secrets file {self._path} exceeds {MAX_FILE_BYTES} bytes")
-        return raw
 
     def _verify(self, doc: _Document) -> None:
         try:
@@ -482,16 +475,10 @@ class SecretsStore:
         with self._lock:
             try:
                 self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                fd = os.open(
-                    self._path.with_name(self._path.name + ".lock"),
-                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o600,
-                )
+                fd = open_lock(self._path.with_name(self._path.name + ".lock"), nofollow=True)
             except OSError as exc:
                 raise SecretsUnavailable(f"cannot lock secrets file {self._path}") from exc
             try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
                 os.close(fd)  # closing releases the flock

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from host.egress.urls import HostPattern, parse_host_pattern, path_matches
-from host.manifest import AllowEntry, CredentialMapping, HttpConfig, PackageManifest, ToolSpec
+from host.manifest import AllowEntry, CredentialMapping, Effect, HttpConfig, PackageManifest, ToolSpec
 
 __all__ = ["Change", "credential_location", "manifest_changes", "schema_changes"]
 
@@ -165,7 +165,7 @@ def _effect_and_risk(package: str, old: ToolSpec, new: ToolSpec) -> Iterator[Cha
     if old.effect != new.effect:
         why = (
             "now allowed without approval by default"
-            if new.effect.value == "read"
+            if new.effect is Effect.READ
             else "asks for approval by default, but does more"
         )
         yield Change(

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Final
 
 from host.canonical import canonical_json
+from host.files import replace_dir
 from host.manifest import PackageManifest
 from sdk._cachedir import builds_dir
 from sdk._pydeps import DependencyError, install_dependencies
@@ -55,6 +56,7 @@ from sdk.project import Project, load_project, validate_project
 from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
 __all__ = [
+    "BUILD_ERROR_CODES",
     "BuildError",
     "BuildResult",
     "BundleLocked",
@@ -112,15 +114,33 @@ class BundleLocked(RuntimeError):
         super().__init__(f"{lock} pins {package} at this bundle path with other digests ({diff})")
 
 
+BUILD_ERROR_CODES: Final = (
+    "BUILD_PROJECT_INVALID",  # the project cannot be built as it is (too big, a file shadows the SDK)
+    "BUILD_TOOL_MISSING",  # node, componentize-py or the JavaScript toolchain is missing
+    "BUILD_DEPENDENCY_FAILED",  # a [package] dependency is not pinned, installable or pure Python
+    "BUILD_TOOL_FAILED",  # componentize-py/-js failed, timed out or wrote nothing
+    "BUILD_WRITE_FAILED",  # the bundle could not be written
+)
+"""The stable codes of :class:`BuildError` (shown by the CLI, pinned by a test)."""
+
+
 class BuildError(RuntimeError):
     """The build tool failed or is missing; ``output_tail`` holds the end of its output.
 
     Args:
         message: what failed and what to do.
+        code: one of :data:`BUILD_ERROR_CODES`.
         output_tail: the last :data:`STDERR_TAIL_CHARS` characters of the tool's output.
+
+    Raises:
+        ValueError: ``code`` is not one of :data:`BUILD_ERROR_CODES` (a bug).
     """
 
-    def __init__(self, message: str, *, output_tail: str = "") -> None:
+    def __init__(self, message: str, *, code: str, output_tail: str = "") -> None:
+        if code not in BUILD_ERROR_CODES:
+            raise ValueError(f"unknown build error code {code!r}")
+        self.code = code
+        self.message = message
         self.output_tail = output_tail
         text = f"{message}\n--- build tool output (tail) ---\n{output_tail}" if output_tail else message
         super().__init__(text)
@@ -248,7 +268,8 @@ def _copy_sources(root: Path, dest: Path, suffixes: tuple[str, ...], exclude: Pa
         if len(copied) >= MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
             raise BuildError(
                 f"{root} holds more than {MAX_SOURCE_FILES} source files or {MAX_SOURCE_BYTES} bytes; "
-                "is it really a plugin project?"
+                "is it really a plugin project?",
+                code="BUILD_PROJECT_INVALID",
             )
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -288,7 +309,9 @@ def stage_python(
     """
     for clash in ("stockade", "stockade.py", f"{ENTRY_MODULE}.py"):
         if (root / clash).exists():
-            raise BuildError(f"{root / clash} shadows the Stockade SDK; rename it")
+            raise BuildError(
+                f"{root / clash} shadows the Stockade SDK; rename it", code="BUILD_PROJECT_INVALID"
+            )
     files = _copy_sources(root, stage, (".py",), exclude)
     files.update(
         {
@@ -309,7 +332,10 @@ def _stage(project: Project, stage: Path, *, exclude: Path) -> dict[str, bytes]:
         return stage_python(project.root, project.source, project.tool_names(), stage, exclude=exclude)
     for clash in ("_stockade", "_stockade_entry.js"):
         if (project.root / clash).exists():
-            raise BuildError(f"{project.root / clash} clashes with a file the build generates; rename it")
+            raise BuildError(
+                f"{project.root / clash} clashes with a file the build generates; rename it",
+                code="BUILD_PROJECT_INVALID",
+            )
     files = _copy_sources(project.root, stage, _SUFFIXES["javascript"], exclude)
     for name in ("stockade.js", "build.mjs"):  # staged by build.mjs itself; hashed here
         files[f"(sdk)/{name}"] = (JS_DIR / name).read_bytes()
@@ -326,7 +352,9 @@ def _sha256(data: bytes) -> str:
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        raise BuildError("node is not on PATH; JavaScript plugins need Node.js >= 20")
+        raise BuildError(
+            "node is not on PATH; JavaScript plugins need Node.js >= 20", code="BUILD_TOOL_MISSING"
+        )
     return node
 
 
@@ -340,7 +368,9 @@ def _toolchain(language: str, report: ProgressCallback = _noop) -> dict[str, str
         try:
             return {"componentize-py": importlib.metadata.version("componentize-py")}
         except importlib.metadata.PackageNotFoundError:
-            raise BuildError("componentize-py is not installed: pip install 'stockade[build]'") from None
+            raise BuildError(
+                "componentize-py is not installed: pip install 'stockade[build]'", code="BUILD_TOOL_MISSING"
+            ) from None
     toolchain = _js_toolchain(report)
     node = subprocess.run([_node(), "--version"], capture_output=True, text=True, timeout=60, check=False)
     return {**toolchain.versions, "node": node.stdout.strip()}
@@ -350,7 +380,7 @@ def _js_toolchain(report: ProgressCallback) -> JsToolchain:
     try:
         return ensure_js_toolchain(report)
     except ToolchainError as exc:
-        raise BuildError(str(exc)) from exc
+        raise BuildError(str(exc), code="BUILD_TOOL_MISSING") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,11 +504,17 @@ def _run_tool(argv: list[str], *, cwd: Path, label: str, expected_s: float, repo
             if elapsed > TOOL_TIMEOUT_S:
                 proc.kill()
                 proc.wait()
-                raise BuildError(f"{label} did not finish in {TOOL_TIMEOUT_S} s", output_tail=_tail(log_path))
+                raise BuildError(
+                    f"{label} did not finish in {TOOL_TIMEOUT_S} s", code="BUILD_TOOL_FAILED",
+                    output_tail=_tail(log_path),
+                )
             report(f"{label} ({elapsed:.0f} s)", min(0.9, 0.1 + 0.8 * elapsed / expected_s))
             time.sleep(0.25)
     if proc.returncode != 0:
-        raise BuildError(f"{label} failed with exit status {proc.returncode}", output_tail=_tail(log_path))
+        raise BuildError(
+            f"{label} failed with exit status {proc.returncode}", code="BUILD_TOOL_FAILED",
+            output_tail=_tail(log_path),
+        )
 
 
 def run_componentize_py(
@@ -511,7 +547,9 @@ def run_componentize_py(
     argv += ["-o", str(out)]
     _run_tool(argv, cwd=stage, label="componentize-py", expected_s=_EXPECTED_S["python"], report=report)
     if not out.is_file():
-        raise BuildError(f"componentize-py reported success but wrote no {out.name}")
+        raise BuildError(
+            f"componentize-py reported success but wrote no {out.name}", code="BUILD_TOOL_FAILED"
+        )
 
 
 def _run_componentize_js(
@@ -531,7 +569,9 @@ def _run_componentize_js(
     argv = [_node(), str(runner / "build.mjs"), str(config_path)]
     _run_tool(argv, cwd=stage, label="componentize-js", expected_s=_EXPECTED_S["javascript"], report=report)
     if not out.is_file():
-        raise BuildError(f"componentize-js reported success but wrote no {out.name}")
+        raise BuildError(
+            f"componentize-js reported success but wrote no {out.name}", code="BUILD_TOOL_FAILED"
+        )
 
 
 def _js_runner(dest: Path, toolchain: JsToolchain) -> Path:
@@ -556,7 +596,7 @@ def _componentize(
         try:
             install_dependencies(list(project.dependencies), deps, report)
         except DependencyError as exc:
-            raise BuildError(str(exc)) from exc
+            raise BuildError(str(exc), code="BUILD_DEPENDENCY_FAILED") from exc
         paths = [deps] if project.dependencies else []
         run_componentize_py(
             stage, out, wit_path=target.wit_path, world=target.world, report=report, extra_paths=paths
@@ -606,11 +646,7 @@ def _write_bundle(bundle: Path, manifest: bytes, module: bytes) -> None:
     try:
         (tmp / "module.wasm").write_bytes(module)
         (tmp / "manifest.json").write_bytes(manifest)
-        if bundle.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{bundle.name}-old-", dir=bundle.parent))
-            os.replace(bundle, old / "bundle")
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, bundle)
+        replace_dir(tmp, bundle)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise BuildError(f"cannot write the bundle to {bundle}: {exc}") from exc
+        raise BuildError(f"cannot write the bundle to {bundle}: {exc}", code="BUILD_WRITE_FAILED") from exc

@@ -26,10 +26,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from host._files import atomic_write, read_regular
 from host.canonical import canonical_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import DigestMismatch, LockInvalid
+from host.files import atomic_write, create_exclusive, read_regular
 from host.lock import KEYS_FORMAT, MAX_MODULE_BYTES, TrustedKeys, key_id_for, statement_for
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
 
@@ -190,16 +190,7 @@ def write_private_key(path: Path, pem: bytes) -> None:
         FileExistsError: something (even a dangling symlink) is already at ``path``.
         OSError: the file cannot be created or written.
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(pem)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        Path(path).unlink(missing_ok=True)
-        raise
+    create_exclusive(Path(path), pem, mode=0o600)
 
 
 def add_trusted_key(path: Path, public_key: bytes) -> bool:

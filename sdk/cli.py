@@ -14,9 +14,12 @@ on errors), ``--config FILE`` (the host config file, see ``host.hostfile``) and
 Errors are printed as ``error: CODE: message`` plus ``what to do: hint`` on stderr (with
 ``--json``, as ``{"ok": false, "error": {...}}`` on stdout), never a traceback.
 
-Exit codes: 0 ok; 1 refused or failed (a StockadeError or a refusal the CLI detects);
-2 usage error; 3 ``diff`` found an escalation; 4 ``diff``: the new lock is not a direct
-successor of the old one.
+Exit codes: 0 ok; 1 refused or failed (a StockadeError, a ``BuildError`` with its
+``BUILD_*`` code, or a refusal the CLI detects); 2 usage error (only where a command
+raises ``UsageFailed``: input the user must correct); 3 ``diff`` found an escalation; 4
+``diff``: the new lock is not a direct successor of the old one; 70 internal error
+(``INTERNAL_ERROR``: an exception no command expected, such as a stray ``ValueError``
+: a bug, reported with its type; ``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from host.errors import StockadeError
 from sdk.commands import COMMANDS, find
 from sdk.commands._common import (
     EXIT_ESCALATION,
     EXIT_FAILED,
+    EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USAGE,
     CommandFailed,
@@ -45,7 +49,10 @@ from sdk.commands._common import (
     safe_text,
 )
 
-__all__ = ["EXIT_ESCALATION", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
+if TYPE_CHECKING:
+    from sdk.build import BuildError
+
+__all__ = ["EXIT_ESCALATION", "EXIT_FAILED", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "main"]
 
 _FLAGS = ("--json", "--debug", "--version")
 """Global switches, accepted anywhere before ``--``."""
@@ -140,7 +147,7 @@ def _parser(command: str | None) -> _Parser:
         epilog=(
             "Global options (--json, --debug, --config, --version) may appear anywhere.\n"
             "Exit codes: 0 ok, 1 refused or failed, 2 usage error, 3 diff found an escalation,\n"
-            "4 diff: the new lock is not a direct successor.\n"
+            "4 diff: the new lock is not a direct successor, 70 internal error (a bug).\n"
             "Run `stockade COMMAND --help` for each command; `stockade init` to set up a host."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -218,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status (0 ok, 1 refused or failed, 2 usage error, 3 escalation,
-        4 non-successor lock in ``diff``).
+        4 non-successor lock in ``diff``, 70 internal error).
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in arguments[: arguments.index("--")] if "--" in arguments else "--json" in arguments
@@ -269,10 +276,6 @@ def _run(args: argparse.Namespace) -> int:
     except CommandFailed as exc:
         _report(args, exc.code, exc.message, exc.hint, exc.to_dict())
         return EXIT_USAGE if isinstance(exc, UsageFailed) else EXIT_FAILED
-    except ValueError as exc:  # caller input refused before reaching host (e.g. a bad secret name)
-        hint = f"see `stockade {args.command} --help`"
-        _report(args, "USAGE", str(exc), hint, {"code": "USAGE", "message": str(exc)})
-        return EXIT_USAGE
     except OSError as exc:
         message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         _report(args, "IO_ERROR", message, "check the path and its permissions", {"code": "IO_ERROR"})
@@ -281,17 +284,27 @@ def _run(args: argparse.Namespace) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:
-        if not _is_build_error(exc):
-            raise
-        _report(args, "BUILD_FAILED", str(exc), "", {"code": "BUILD_FAILED", "message": str(exc)})
-        return EXIT_FAILED
+        build_error = _as_build_error(exc)
+        if build_error is not None:
+            code = build_error.code
+            details = {"output_tail": build_error.output_tail}
+            payload = {"code": code, "message": build_error.message, "details": details}
+            _report(args, code, str(exc), "", payload)
+            return EXIT_FAILED
+        # Caller input is refused as UsageFailed/StockadeError where it is read; anything
+        # else reaching here is a bug, not the user's fault: never call it a usage error.
+        message = f"{type(exc).__name__}: {exc}"
+        hint = "this is a bug in stockade; rerun with --debug for the traceback and report it"
+        payload = {"code": "INTERNAL_ERROR", "message": message, "hint": hint}
+        _report(args, "INTERNAL_ERROR", message, hint, payload)
+        return EXIT_INTERNAL
 
 
-def _is_build_error(exc: Exception) -> bool:
-    """Whether ``exc`` is a ``sdk.build.BuildError`` (without importing sdk.build: a
-    BuildError can only exist if the module was imported)."""
+def _as_build_error(exc: Exception) -> BuildError | None:
+    """``exc`` if it is a ``sdk.build.BuildError`` (without importing sdk.build: a
+    BuildError can only exist if the module was imported), else ``None``."""
     build = sys.modules.get("sdk.build")
-    return build is not None and isinstance(exc, build.BuildError)
+    return exc if build is not None and isinstance(exc, build.BuildError) else None
 
 
 if __name__ == "__main__":

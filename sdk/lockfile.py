@@ -36,11 +36,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from host._files import atomic_write, read_regular
 from host.bundlestore import OciSource
 from host.canonical import sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ComponentRefused, LockInvalid
+from host.files import atomic_write, read_regular
 from host.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for, lock_statement
 from host.mcpsource.pin import McpLockEntry, McpPin, source_statement
 from sdk.bundle import Bundle, load_private_key, read_bundle, sign_package

@@ -6,7 +6,7 @@ Nothing here connects to a server except :func:`live_drift` (used by
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,8 +150,3 @@ def _tool_changes(name: str, before: McpPin, after: McpPin) -> Iterator[Change]:
                          tool=tool.tool, old=old.risk.value, new=tool.risk.value)
     for gone in olds.values():
         yield Change("mcp.tool.removed", name, "tool removed", False, tool=gone.tool)
-
-
-def drift_rows(drift: Sequence[ToolDrift]) -> list[Mapping[str, Any]]:
-    """JSON rows of a drift list."""
-    return [d.to_dict() for d in drift]

@@ -44,11 +44,11 @@ from typing import Annotated, Final, Literal, final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from host._files import fsync_dir
 from host.bundlestore import check_digest
 from host.canonical import canonical_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ArtifactInvalid, DigestMismatch, ManifestInvalid, SignatureInvalid
+from host.files import fsync_dir, replace_dir
 from host.lock import MAX_MODULE_BYTES, TrustedKeys
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
 from host.signing import check_key_id, check_signature_b64
@@ -463,14 +463,7 @@ def _install(destination: Path, files: Mapping[str, bytes]) -> None:
                 os.fsync(handle.fileno())
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle is public content, like the lock beside it
         fsync_dir(staging)
-        old = None
-        if os.path.lexists(destination):
-            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{destination.name[:16]}.", suffix=".old"))
-            os.replace(destination, old / "bundle")
-        os.replace(staging, destination)
-        fsync_dir(parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(staging, destination)
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)

@@ -29,8 +29,8 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from host._files import read_regular
 from host.errors import SecretsUnavailable
+from host.files import read_regular
 from host.secrets import SecretsStore, SecretValue
 from sdk.oci import RegistryCredential
 

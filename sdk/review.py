@@ -162,16 +162,20 @@ def load_for_review(
     require_signatures: bool = False,
     ceilings: Ceilings = DEFAULT_CEILINGS,
     operator_keys: Path | TrustedKeys | None = None,
+    unsafe_allow_unsigned: bool = False,
 ) -> LoadedLock:
     """Verify a lock (digests, signatures, manifests) without touching any host state.
 
     Args:
         path: the lock file.
         trusted_keys: trusted keys (file or loaded); needed when a package is signed.
+            When given, every package must be signed unless ``unsafe_allow_unsigned``.
         require_signatures: refuse unsigned packages.
         ceilings: the ceilings the manifests must respect.
         operator_keys: trusted operator keys (file or loaded); when given, the lock must
             carry a valid lock signature by one of them.
+        unsafe_allow_unsigned: accept unsigned packages although keys are trusted
+            (``HostConfig.unsafe_allow_unsigned``).
 
     Raises:
         LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: as
@@ -183,7 +187,10 @@ def load_for_review(
     keys = TrustedKeys.load(trusted_keys) if isinstance(trusted_keys, Path) else trusted_keys
     operators = TrustedKeys.load(operator_keys) if isinstance(operator_keys, Path) else operator_keys
     with tempfile.TemporaryDirectory(prefix="stockade-review-") as scratch:
-        config = HostConfig(state_dir=Path(scratch), ceilings=ceilings, require_signatures=require_signatures)
+        config = HostConfig(
+            state_dir=Path(scratch), ceilings=ceilings, require_signatures=require_signatures,
+            unsafe_allow_unsigned=unsafe_allow_unsigned,
+        )
         return load_lock(Path(path), config=config, trusted_keys=keys, operator_keys=operators)
 
 
@@ -193,14 +200,17 @@ def diff_locks(
     *,
     trusted_keys: Path | TrustedKeys | None = None,
     ceilings: Ceilings = DEFAULT_CEILINGS,
+    unsafe_allow_unsigned: bool = False,
 ) -> LockDiff:
     """Compare two locks, verifying both first (see the module docstring for the rules).
 
     Args:
         old_path: the lock in force.
         new_path: the proposed lock.
-        trusted_keys: trusted keys for signed packages (either lock).
+        trusted_keys: trusted keys for signed packages (either lock); when given, every
+            package must be signed unless ``unsafe_allow_unsigned``.
         ceilings: the ceilings the manifests must respect.
+        unsafe_allow_unsigned: accept unsigned packages although keys are trusted.
 
     Raises:
         LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: either lock fails
@@ -210,8 +220,12 @@ def diff_locks(
         The diff; ``diff.escalations`` is empty when nothing widens.
     """
     keys = TrustedKeys.load(trusted_keys) if isinstance(trusted_keys, Path) else trusted_keys
-    old = load_for_review(Path(old_path), trusted_keys=keys, ceilings=ceilings)
-    new = load_for_review(Path(new_path), trusted_keys=keys, ceilings=ceilings)
+    old = load_for_review(
+        Path(old_path), trusted_keys=keys, ceilings=ceilings, unsafe_allow_unsigned=unsafe_allow_unsigned
+    )
+    new = load_for_review(
+        Path(new_path), trusted_keys=keys, ceilings=ceilings, unsafe_allow_unsigned=unsafe_allow_unsigned
+    )
     olds = _by_name(old)
     news = _by_name(new)
     changes: list[Change] = []
@@ -475,6 +489,7 @@ def lock_report(
     require_signatures: bool = False,
     ceilings: Ceilings = DEFAULT_CEILINGS,
     imports: bool = True,
+    unsafe_allow_unsigned: bool = False,
 ) -> dict[str, Any]:
     """Verify a lock (digests, signatures, manifests) and report every package.
 
@@ -485,7 +500,8 @@ def lock_report(
         ``{"format", "kind": "lock", "path", "generation", "digest", "previous", "packages"}``.
     """
     loaded = load_for_review(
-        Path(path), trusted_keys=trusted_keys, require_signatures=require_signatures, ceilings=ceilings
+        Path(path), trusted_keys=trusted_keys, require_signatures=require_signatures, ceilings=ceilings,
+        unsafe_allow_unsigned=unsafe_allow_unsigned,
     )
     packages = []
     for entry, package in zip(loaded.lock.packages, loaded.packages, strict=True):

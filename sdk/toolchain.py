@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from host.files import replace_dir
 from sdk._cachedir import toolchain_root
 
 __all__ = [
@@ -156,11 +157,7 @@ def install_js_toolchain(root: Path | None = None, *, report: Report | None = No
         problems = toolchain_problems(work)
         if problems:
             raise ToolchainError("npm ci finished but the toolchain is incomplete: " + "; ".join(problems))
-        if target.exists():  # an incomplete or outdated toolchain: replaced whole
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
-            os.replace(target, old / "toolchain")
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(work, target)
+        replace_dir(work, target)  # an incomplete or outdated toolchain is replaced whole
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return JsToolchain(target, pinned_packages(), installed_now=True)

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any, Final, Literal, Protocol
 
 from host.errors import ManifestInvalid, ToolNotFound
+from host.manifest import Effect
 
 __all__ = [
     "ToolFormat",
@@ -114,12 +115,12 @@ def mcp_annotations(tool: Any) -> dict[str, Any]:
     ``openWorldHint`` when the package may reach the network, ``title`` from the tool's
     exact identity.
     """
-    effect = str(getattr(tool.effect, "value", tool.effect))
+    effect = Effect(tool.effect)
     http = getattr(tool.package, "http", None)
     return {
         "title": f"{tool.name} {tool.version}",
-        "readOnlyHint": effect == "read",
-        "destructiveHint": effect in ("write", "execute"),
+        "readOnlyHint": effect is Effect.READ,
+        "destructiveHint": effect in (Effect.WRITE, Effect.EXECUTE),
         "idempotentHint": False,
         "openWorldHint": bool(http is not None and http.allow),
     }

@@ -235,13 +235,6 @@ class EgressPolicy:
         """The parsed entries, in manifest order."""
         return self._rules
 
-    def admits_host(self, pattern: HostPattern) -> bool:
-        """Whether some entry covers every URL ``pattern`` matches (scheme, host, port).
-
-        For the manifest rule that a credential may only name hosts the allowlist admits.
-        """
-        return any(rule.pattern.covers(pattern) for rule in self._rules)
-
     def check(self, method: str, url: str) -> EgressTarget:
         """Normalize ``url`` and match it against the allowlist; no DNS.
 

@@ -40,13 +40,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from host._files import atomic_write, read_regular
+from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
 from host.errors import RequestInvalid
-
-try:
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - non-POSIX platforms
-    _fcntl = None  # type: ignore[assignment]  # tokens cannot be changed safely without flock
 
 __all__ = ["FORMAT", "TokenEntry", "TokenFile"]
 
@@ -184,16 +179,11 @@ class TokenFile:
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, TokenEntry]]:
-        if _fcntl is None:  # pragma: no cover - non-POSIX platforms
+        if not LOCKING:  # pragma: no cover - non-POSIX platforms
             raise RuntimeError("changing the tokens file needs flock (POSIX)")
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            _fcntl.flock(fd, _fcntl.LOCK_EX)
+        with interprocess_lock(self.path.with_name(self.path.name + ".lock")):
             entries = self._read()
             yield entries
             body: dict[str, Any] = {"format": FORMAT, "tokens": [e.model_dump() for e in entries.values()]}
             atomic_write(self.path, json.dumps(body, indent=1).encode("utf-8"))
-        finally:
-            os.close(fd)

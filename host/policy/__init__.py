@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from host.policy.engine import (
     Decision,
-    Effect,
     Fence,
     FilePolicyEngine,
     PolicyEngine,
     PrincipalRef,
+    Verdict,
     aggregate,
     check_fences,
 )
@@ -35,7 +35,6 @@ from host.policy.toolpolicy import (
 __all__ = [
     "ClassSelector",
     "Decision",
-    "Effect",
     "Fence",
     "FilePolicyEngine",
     "PolicyEngine",
@@ -47,6 +46,7 @@ __all__ = [
     "ToolPolicyStore",
     "ToolSelector",
     "UserToolPolicy",
+    "Verdict",
     "aggregate",
     "check_fences",
     "final_decision",

@@ -1,4 +1,5 @@
-"""File helpers shared by the policy stores: bounded reads cached by stat, atomic writes.
+"""File helpers shared by the policy stores: bounded reads cached by stat (the primitives
+themselves, re-exported here, live in :mod:`host._files`).
 
 Invariants:
 
@@ -8,36 +9,26 @@ Invariants:
   :data:`RACY_MARGIN_NS`. A file changed within that margin is re-read on every call
   (git's "racily clean" rule): a coarse file-system clock can give two writes in the same
   tick identical times, and a revoke must be visible to the very next decision.
-- :func:`atomic_write` (re-exported from :mod:`host._files`) writes a temporary file in
+- :func:`atomic_write` writes a temporary file in
   the same directory, fsyncs it, renames it over the target with ``os.replace`` and
   fsyncs the directory, so a reader sees the old or the new content, never a mix.
 - :func:`read_bounded` opens non-blocking and refuses anything but a regular file, so a
   FIFO or device planted where a policy file belongs cannot hang the host.
-- :func:`interprocess_lock` serializes read-modify-write edits between processes with
-  ``fcntl.flock`` on a sidecar ``.lock`` file (where ``fcntl`` exists).
+- :func:`interprocess_lock` on :func:`sidecar_lock` serializes read-modify-write edits
+  between processes with ``fcntl.flock`` on a ``.lock`` file beside the edited one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Generic, TypeVar
 
-from host._files import atomic_write
-
-_fcntl: ModuleType | None
-try:
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - non-POSIX platforms
-    _fcntl = None
+from host._files import FileTooLarge, atomic_write, interprocess_lock, read_bounded
 
 __all__ = [
     "RACY_MARGIN_NS",
@@ -46,6 +37,7 @@ __all__ = [
     "atomic_write",
     "interprocess_lock",
     "read_bounded",
+    "sidecar_lock",
 ]
 
 RACY_MARGIN_NS = 2_000_000_000
@@ -56,47 +48,8 @@ T = TypeVar("T")
 _StatKey = tuple[int, int, int, int, int]
 
 
-class FileTooLarge(OSError):
-    """A file is larger than the caller's bound (its content is unusable, not unreadable)."""
-
-
 def _stat_key(st: os.stat_result) -> _StatKey:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def read_bounded(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    """Read a whole regular file of at most ``max_bytes`` bytes.
-
-    Args:
-        path: the file.
-        max_bytes: the largest size accepted, in bytes.
-
-    Raises:
-        OSError: the file cannot be opened or read, is not a regular file
-            (``IsADirectoryError``).
-        FileTooLarge: the file is larger than ``max_bytes``.
-
-    Returns:
-        The bytes and the ``fstat`` of the descriptor they were read from.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise IsADirectoryError(f"{path} is not a regular file")
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > max_bytes:
-                raise FileTooLarge(errno.EFBIG, f"{path} is larger than {max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks), st
-    finally:
-        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -164,23 +117,6 @@ class CachedFile(Generic[T]):
             self._entry = None
 
 
-@contextlib.contextmanager
-def interprocess_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<path>.lock`` (no-op where ``fcntl`` is missing).
-
-    Args:
-        path: the file being edited; the lock file sits next to it.
-
-    Raises:
-        OSError: the lock file cannot be created.
-    """
-    if _fcntl is None:  # pragma: no cover - non-POSIX platforms
-        yield
-        return
-    lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-    try:
-        _fcntl.flock(fd, _fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def sidecar_lock(path: Path) -> Path:
+    """The lock file that serializes edits of ``path``: ``<path>.lock`` beside it."""
+    return path.with_name(path.name + ".lock")

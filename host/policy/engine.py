@@ -31,7 +31,7 @@ Example::
     engine = FilePolicyEngine.initialize(state_dir / "policy.json")
     engine.set_role("agent", allow=["issues.read"], ask=["tool.call:tracker.list-issues"])
     engine.grant_role("p", "alice", "agent")
-    decision = engine.authorize(principal, "p", "issues.read")   # Effect.ALLOW
+    decision = engine.authorize(principal, "p", "issues.read")   # Verdict.ALLOW
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from host.errors import PolicyUnavailable
-from host.policy._files import CachedFile, atomic_write, interprocess_lock, read_bounded
+from host.policy._files import CachedFile, atomic_write, interprocess_lock, read_bounded, sidecar_lock
 
 __all__ = [
     "POLICY_FORMAT",
     "Decision",
-    "Effect",
     "Fence",
     "FilePolicyEngine",
     "PolicyEngine",
     "PrincipalRef",
+    "Verdict",
     "aggregate",
     "check_fences",
 ]
@@ -67,7 +67,7 @@ POLICY_FORMAT = "stockade.policy/1"
 MAX_POLICY_BYTES = 4 * 1024 * 1024  # bytes; a larger policy file is refused (POLICY_UNAVAILABLE)
 
 
-class Effect(str, Enum):
+class Verdict(str, Enum):
     """What the policy engine says about one permission."""
 
     ALLOW = "allow"
@@ -93,12 +93,12 @@ class Decision:
     """One answer of the engine.
 
     Args:
-        effect: allow, deny or require_approval.
+        verdict: allow, deny or require_approval.
         fence: the versions the answer was decided under; required for non-deny answers.
         reason: a short explanation for people and the audit log.
     """
 
-    effect: Effect
+    verdict: Verdict
     fence: Fence | None
     reason: str = ""
 
@@ -133,7 +133,7 @@ def _well_formed(fence: object) -> bool:
 
 
 def _checked(decision: object, index: int) -> Decision:
-    if type(decision) is not Decision or not isinstance(decision.effect, Effect):
+    if type(decision) is not Decision or not isinstance(decision.verdict, Verdict):
         raise PolicyUnavailable(f"decision {index} from the policy engine is malformed", index=index)
     return decision
 
@@ -159,7 +159,7 @@ def check_fences(decisions: Sequence[Decision]) -> Fence:
     common: Fence | None = None
     for index, raw in enumerate(decisions):
         decision = _checked(raw, index)
-        if decision.effect is Effect.DENY:
+        if decision.verdict is Verdict.DENY:
             continue
         if not _well_formed(decision.fence):
             raise PolicyUnavailable(f"decision {index} has a missing or malformed fence", index=index)
@@ -175,7 +175,7 @@ def check_fences(decisions: Sequence[Decision]) -> Fence:
 
 
 def aggregate(decisions: Sequence[Decision]) -> Decision:
-    """Combine the answers for one call: the first deny wins, else one fence, strictest effect.
+    """Combine the answers for one call: the first deny wins, else one fence, strictest verdict.
 
     Args:
         decisions: the engine's answers for ``tool.call:{name}`` and each permission.
@@ -192,13 +192,13 @@ def aggregate(decisions: Sequence[Decision]) -> Decision:
         raise PolicyUnavailable("no policy decisions to check")
     checked = [_checked(d, i) for i, d in enumerate(decisions)]
     for decision in checked:
-        if decision.effect is Effect.DENY:
+        if decision.verdict is Verdict.DENY:
             return decision
     fence = check_fences(checked)
-    asks = [d for d in checked if d.effect is Effect.REQUIRE_APPROVAL]
+    asks = [d for d in checked if d.verdict is Verdict.REQUIRE_APPROVAL]
     if asks:
-        return Decision(Effect.REQUIRE_APPROVAL, fence, asks[0].reason)
-    return Decision(Effect.ALLOW, fence, "allowed")
+        return Decision(Verdict.REQUIRE_APPROVAL, fence, asks[0].reason)
+    return Decision(Verdict.ALLOW, fence, "allowed")
 
 
 # ---------------------------------------------------------------------------- file format
@@ -453,7 +453,7 @@ class FilePolicyEngine:
     def _edit(self, change: Callable[[dict[str, Any]], bool]) -> Fence:
         with self._edit_lock, contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(interprocess_lock(self.path))
+                stack.enter_context(interprocess_lock(sidecar_lock(self.path)))
                 data, _ = read_bounded(self.path, MAX_POLICY_BYTES)
             except OSError as exc:
                 raise PolicyUnavailable(f"cannot read the policy file: {exc.strerror or exc}") from None
@@ -491,10 +491,10 @@ def _decide(compiled: _Compiled, principal: PrincipalRef, project: str, permissi
 def _decide_anew(compiled: _Compiled, principal: PrincipalRef, project: str, permission: str) -> Decision:
     fence = compiled.fence
     if principal.project != project:
-        return Decision(Effect.DENY, fence, "principal belongs to another project")
+        return Decision(Verdict.DENY, fence, "principal belongs to another project")
     allow, ask = compiled.index.get((project, principal.subject), (frozenset(), frozenset()))
     if permission in allow:
-        return Decision(Effect.ALLOW, fence, f"a role allows {permission}")
+        return Decision(Verdict.ALLOW, fence, f"a role allows {permission}")
     if permission in ask:
-        return Decision(Effect.REQUIRE_APPROVAL, fence, f"a role requires approval for {permission}")
-    return Decision(Effect.DENY, fence, f"no role grants {permission}")
+        return Decision(Verdict.REQUIRE_APPROVAL, fence, f"a role requires approval for {permission}")
+    return Decision(Verdict.DENY, fence, f"no role grants {permission}")

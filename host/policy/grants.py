@@ -4,7 +4,7 @@ A person answering an approval prompt with "always" grants that tool for the res
 session. A grant is keyed by (principal, session, tool) — principal being
 ``(project, subject)`` — so it never crosses sessions or principals, and it only
 *discharges ask*: it is not an input to the deny/disabled decision at all.
-:func:`final_decision` is the one place the gateway combines the engine's effect, the
+:func:`final_decision` is the one place the gateway combines the engine's verdict, the
 tool policy's mode and the grant, and a deny or disabled always wins there, whatever
 was granted before (tightening a tool to ``disabled`` after "always" takes effect on the
 next call).
@@ -17,7 +17,7 @@ Example::
 
     grants = SessionGrants()
     grants.grant(("p", "alice"), "s1", "tracker.create-issue")
-    final_decision(Effect.REQUIRE_APPROVAL, ToolMode.ASK,
+    final_decision(Verdict.REQUIRE_APPROVAL, ToolMode.ASK,
                    grants.discharges(("p", "alice"), "s1", "tracker.create-issue"))  # "allow"
 """
 
@@ -27,15 +27,15 @@ import threading
 from collections import OrderedDict
 from typing import Literal
 
-from host.policy.engine import Effect
+from host.policy.engine import Verdict
 from host.policy.toolpolicy import ToolMode
 
-__all__ = ["MAX_GRANT_KEYS", "MAX_TOOLS_PER_SESSION", "SessionGrants", "Verdict", "final_decision"]
+__all__ = ["MAX_GRANT_KEYS", "MAX_TOOLS_PER_SESSION", "FinalVerdict", "SessionGrants", "final_decision"]
 
 MAX_GRANT_KEYS = 100_000  # (principal, session) pairs holding grants
 MAX_TOOLS_PER_SESSION = 1024  # tools granted in one (principal, session)
 
-Verdict = Literal["allow", "approval", "deny"]
+FinalVerdict = Literal["allow", "approval", "deny"]
 
 _PrincipalKey = tuple[str, str]
 
@@ -123,15 +123,15 @@ class SessionGrants:
             return len(doomed)
 
 
-def final_decision(engine_effect: Effect, tool_mode: ToolMode, granted: bool) -> Verdict:
-    """Combine the engine's effect, the tool policy's mode and a session grant.
+def final_decision(engine_verdict: Verdict, tool_mode: ToolMode, granted: bool) -> FinalVerdict:
+    """Combine the engine's verdict, the tool policy's mode and a session grant.
 
     The strictest wins: a deny (engine) or disabled (tool policy) is ``"deny"`` whatever
     was granted; otherwise, if either asks for approval, a grant turns it into
     ``"allow"`` and no grant into ``"approval"``; otherwise ``"allow"``.
 
     Args:
-        engine_effect: the aggregated effect of the PolicyEngine's decisions.
+        engine_verdict: the aggregated verdict of the PolicyEngine's decisions.
         tool_mode: the layered tool policy's mode.
         granted: whether a session grant exists (must be a real ``bool``).
 
@@ -141,14 +141,14 @@ def final_decision(engine_effect: Effect, tool_mode: ToolMode, granted: bool) ->
     Returns:
         ``"allow"``, ``"approval"`` or ``"deny"``.
     """
-    if not isinstance(engine_effect, Effect):
-        raise TypeError(f"engine_effect must be an Effect, not {engine_effect!r}")
+    if not isinstance(engine_verdict, Verdict):
+        raise TypeError(f"engine_verdict must be an Verdict, not {engine_verdict!r}")
     if not isinstance(tool_mode, ToolMode):
         raise TypeError(f"tool_mode must be a ToolMode, not {tool_mode!r}")
     if not isinstance(granted, bool):
         raise TypeError(f"granted must be a bool, not {granted!r}")
-    if engine_effect is Effect.DENY or tool_mode is ToolMode.DISABLED:
+    if engine_verdict is Verdict.DENY or tool_mode is ToolMode.DISABLED:
         return "deny"
-    if engine_effect is Effect.REQUIRE_APPROVAL or tool_mode is ToolMode.ASK:
+    if engine_verdict is Verdict.REQUIRE_APPROVAL or tool_mode is ToolMode.ASK:
         return "allow" if granted else "approval"
     return "allow"

@@ -73,7 +73,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from host.canonical import canonical_json, sha256_hex
 from host.errors import PolicyUnavailable
-from host.policy._files import CachedFile, FileTooLarge, atomic_write, interprocess_lock, read_bounded
+from host.manifest import Effect
+from host.policy._files import (
+    CachedFile,
+    FileTooLarge,
+    atomic_write,
+    interprocess_lock,
+    read_bounded,
+    sidecar_lock,
+)
 
 __all__ = [
     "CAP_FILE",
@@ -102,8 +110,8 @@ MAX_RULES = 4096  # rules in one user policy or cap file
 MAX_PARTITIONS_CACHED = 1024  # partitions whose parsed files are kept in memory
 MAX_NAME_CHARS = 256  # characters of an account, workspace, service or tool name
 
-EFFECT_CLASSES = ("read", "write", "execute", "external")
-"""The effect classes of DESIGN §3 (a tool's ``effect``)."""
+EFFECT_CLASSES = tuple(effect.value for effect in Effect)
+"""The effect classes of DESIGN §3 (a tool's ``effect``), as text."""
 
 
 class ToolMode(str, Enum):
@@ -116,9 +124,12 @@ class ToolMode(str, Enum):
 
 _RANK = {ToolMode.ALLOW: 0, ToolMode.ASK: 1, ToolMode.DISABLED: 2}
 
-CLASS_DEFAULTS: Mapping[str, ToolMode] = MappingProxyType(
-    {"read": ToolMode.ALLOW, "write": ToolMode.ASK, "execute": ToolMode.ASK, "external": ToolMode.ASK}
-)
+CLASS_DEFAULTS: Mapping[Effect, ToolMode] = MappingProxyType({
+    Effect.READ: ToolMode.ALLOW,
+    Effect.WRITE: ToolMode.ASK,
+    Effect.EXECUTE: ToolMode.ASK,
+    Effect.EXTERNAL: ToolMode.ASK,
+})
 """Modes that apply when no user selector matches."""
 
 
@@ -163,13 +174,20 @@ def _check_name(kind: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ClassSelector:
-    """Selects every tool of one effect class (``read``, ``write``, ``execute``, ``external``)."""
+    """Selects every tool of one effect class (``read``, ``write``, ``execute``, ``external``).
 
-    effect_class: str
+    Args:
+        effect_class: the class; its text (``"write"``) is accepted and stored as the enum,
+            so selectors built either way are equal and hash alike.
+
+    Raises:
+        ValueError: an unknown effect class.
+    """
+
+    effect_class: Effect
 
     def __post_init__(self) -> None:
-        if self.effect_class not in EFFECT_CLASSES:
-            raise ValueError(f"unknown effect class {self.effect_class!r}; expected one of {EFFECT_CLASSES}")
+        object.__setattr__(self, "effect_class", _effect_of(self.effect_class))
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +218,7 @@ _NO_RULES: Mapping[Selector, ToolMode] = MappingProxyType({})
 
 
 @functools.lru_cache(maxsize=4096)
-def _candidates(tool: str, service: str, effect: str) -> tuple[Selector, Selector, Selector]:
+def _candidates(tool: str, service: str, effect: Effect) -> tuple[Selector, Selector, Selector]:
     """The selectors that match a tool, most specific first (tool > service > class)."""
     return (ToolSelector(tool), ServiceSelector(service), ClassSelector(effect))
 
@@ -219,13 +237,13 @@ class UserToolPolicy:
     workspace: str
     rules: Mapping[Selector, ToolMode]
 
-    def lookup(self, *, tool: str, service: str, effect: str) -> ToolMode | None:
+    def lookup(self, *, tool: str, service: str, effect: Effect) -> ToolMode | None:
         """The mode of the most specific matching selector, or ``None`` if none matches.
 
         Returns:
             The tool selector's mode, else the service's, else the class's, else None.
         """
-        for selector in _candidates(tool, service, effect):
+        for selector in _candidates(tool, service, _effect_of(effect)):
             mode = self.rules.get(selector)
             if mode is not None:
                 return mode
@@ -299,7 +317,7 @@ class _CapDocument(BaseModel):
 
 def _from_json(sel: _SelJSON) -> Selector:
     if isinstance(sel, _ClassSel):
-        return ClassSelector(sel.effect_class)
+        return ClassSelector(Effect(sel.effect_class))
     if isinstance(sel, _ServiceSel):
         return ServiceSelector(sel.service)
     return ToolSelector(sel.tool)
@@ -307,7 +325,7 @@ def _from_json(sel: _SelJSON) -> Selector:
 
 def _to_json(sel: Selector) -> dict[str, str]:
     if isinstance(sel, ClassSelector):
-        return {"class": sel.effect_class}
+        return {"class": sel.effect_class.value}
     if isinstance(sel, ServiceSelector):
         return {"service": sel.service}
     return {"tool": sel.tool}
@@ -315,7 +333,7 @@ def _to_json(sel: Selector) -> dict[str, str]:
 
 def _sort_key(sel: Selector) -> tuple[int, str]:
     if isinstance(sel, ClassSelector):
-        return (0, sel.effect_class)
+        return (0, sel.effect_class.value)
     if isinstance(sel, ServiceSelector):
         return (1, sel.service)
     return (2, sel.tool)
@@ -353,11 +371,17 @@ def _parse_cap(data: bytes) -> dict[Selector, ToolMode]:
 
 
 @functools.lru_cache(maxsize=64)
-def _effect_name(effect: object) -> str:
-    value = effect.value if isinstance(effect, Enum) else effect
-    if value not in EFFECT_CLASSES:
-        raise ValueError(f"unknown effect class {value!r}; expected one of {EFFECT_CLASSES}")
-    return str(value)
+def _effect_of(effect: Effect | str) -> Effect:
+    """``effect`` as the enum (its text accepted too).
+
+    Raises:
+        ValueError: an unknown effect class.
+    """
+    if isinstance(effect, Effect):
+        return effect
+    if effect not in EFFECT_CLASSES:
+        raise ValueError(f"unknown effect class {effect!r}; expected one of {EFFECT_CLASSES}")
+    return Effect(effect)
 
 
 class _CapUnreadable:
@@ -390,7 +414,7 @@ class ToolPolicyStore:
 
     # ------------------------------------------------------------------ resolution
 
-    def resolve(self, account: str, workspace: str, *, tool: str, service: str, effect: str) -> ToolMode:
+    def resolve(self, account: str, workspace: str, *, tool: str, service: str, effect: Effect) -> ToolMode:
         """The mode of one tool for one partition (layers in the module docstring).
 
         Args:
@@ -398,7 +422,7 @@ class ToolPolicyStore:
             workspace: the workspace (the principal's project).
             tool: the exact tool name.
             service: the tool's service (package name; see :func:`service_of`).
-            effect: the tool's effect class (a string or a str enum).
+            effect: the tool's effect class (its text is accepted too).
 
         Raises:
             ValueError: an empty or invalid name, or an unknown effect class.
@@ -408,7 +432,7 @@ class ToolPolicyStore:
         Returns:
             The strictest of the managed cap and the user selector (or class default).
         """
-        effect_class = _effect_name(effect)
+        effect_class = _effect_of(effect)
         candidates = _candidates(tool, service, effect_class)
         cap = self._cap_mode(candidates)
         if cap is ToolMode.DISABLED:
@@ -417,7 +441,7 @@ class ToolPolicyStore:
         user = next((rules[s] for s in candidates if s in rules), CLASS_DEFAULTS[effect_class])
         return strictest(cap, user)
 
-    def cap_mode(self, *, tool: str, service: str, effect: str) -> ToolMode:
+    def cap_mode(self, *, tool: str, service: str, effect: Effect) -> ToolMode:
         """The managed cap's ceiling for one tool alone (``allow`` when no cap rule matches;
         ``disabled`` when the cap directory is present but unreadable). For explanations
         (``stockade policy explain``); decisions use :meth:`resolve`.
@@ -425,7 +449,7 @@ class ToolPolicyStore:
         Raises:
             ValueError: an unknown effect class.
         """
-        return self._cap_mode(_candidates(tool, service, _effect_name(effect)))
+        return self._cap_mode(_candidates(tool, service, _effect_of(effect)))
 
     def _cap_mode(self, candidates: tuple[Selector, ...]) -> ToolMode:
         rules = self._cap_rules()
@@ -575,7 +599,7 @@ class ToolPolicyStore:
         path = self.path_for(account, workspace)
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            lock = interprocess_lock(path)
+            lock = interprocess_lock(sidecar_lock(path))
             lock.__enter__()
         except OSError as exc:
             raise PolicyUnavailable(f"cannot open the tool policy directory: {exc.strerror or exc}") from None
@@ -608,7 +632,7 @@ class ToolPolicyStore:
         try:
             with contextlib.ExitStack() as stack:
                 if not lock_held:
-                    stack.enter_context(interprocess_lock(path))
+                    stack.enter_context(interprocess_lock(sidecar_lock(path)))
                 target = _quarantine_name(path)
                 # Only move the bytes judged bad: another writer may have replaced them.
                 try:

@@ -46,7 +46,7 @@ from typing import Final
 import wasmtime
 from wasmtime import component as wc
 
-from host._files import atomic_write, fsync_dir
+from host._files import FileTooLarge, NotRegularFile, atomic_write, create_exclusive, read_bounded
 from host.errors import ComponentRefused
 from host.runtime.models import CacheStats
 
@@ -324,36 +324,26 @@ def _load_or_create_key(path: Path) -> bytes:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     for _ in range(3):
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            key, info = read_bounded(path, KEY_BYTES, nofollow=True)  # a FIFO is refused, not waited on
         except FileNotFoundError:
             key = secrets.token_bytes(KEY_BYTES)
             with contextlib.suppress(FileExistsError):
-                _create_exclusive(path, key)
+                create_exclusive(path, key)
                 return key
             continue  # another process created it first: read theirs
+        except (NotRegularFile, FileTooLarge):
+            pass  # not a regular file, or longer than a key: replace it below
         except OSError as exc:
             if exc.errno != errno.ELOOP:  # a symlink: never follow, replace it below
                 raise
         else:
-            with os.fdopen(fd, "rb") as handle:
-                mode = os.fstat(handle.fileno()).st_mode
-                key = handle.read(KEY_BYTES + 1)
-            if len(key) == KEY_BYTES and stat.S_ISREG(mode) and not mode & 0o077:
+            if len(key) == KEY_BYTES and not info.st_mode & 0o077:
                 return key
         _log.warning("artifact key %s is unusable (length, type or permissions); replacing it", path)
         key = secrets.token_bytes(KEY_BYTES)
         _atomic_write(path.parent, path.name, key)
         return key
     raise RuntimeError(f"could not create the artifact key {path}")
-
-
-def _create_exclusive(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(path.parent)
 
 
 def _atomic_write(directory: Path, name: str, data: bytes) -> None:

@@ -29,14 +29,13 @@ Example::
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Final, cast
 
+from host._files import LockHeld, open_lock
 from host.approvals import ApprovalQueue
 from host.audit import AuditLog
 from host.errors import StoreUnavailable
@@ -45,12 +44,6 @@ from host.plan import ApprovalAuthority
 from host.policy.grants import SessionGrants
 from host.ratelimit import RateLimiter
 from host.store.port import StoreLifecycle
-
-_fcntl: ModuleType | None
-try:
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - non-POSIX platforms
-    _fcntl = None
 
 __all__ = ["LOCK_FILE", "LocalLockGenerations", "LocalStore", "overrides_of"]
 
@@ -160,23 +153,15 @@ def _release(key: Path) -> None:
 def _lock(path: Path) -> int:
     """Open and exclusively ``flock`` ``path``; the descriptor keeps the lock."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        return open_lock(path, blocking=False)
+    except LockHeld:
+        raise StoreUnavailable(
+            f"the state dir {str(path.parent)!r} is in use by another host process",
+            hint=(
+                "A local store serves one host process. Give each process its own state dir, "
+                "or share state through PostgreSQL: --store postgresql://… (see README, Scaling out)."
+            ),
+        ) from None
     except OSError as exc:
         why = exc.strerror or exc
-        raise StoreUnavailable(f"cannot open the state dir lock {str(path)!r}: {why}") from None
-    if _fcntl is None:  # pragma: no cover - non-POSIX platforms: one process assumed
-        return fd
-    try:
-        _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-            raise StoreUnavailable(
-                f"the state dir {str(path.parent)!r} is in use by another host process",
-                hint=(
-                    "A local store serves one host process. Give each process its own state dir, "
-                    "or share state through PostgreSQL: --store postgresql://… (see README, Scaling out)."
-                ),
-            ) from None
-        raise StoreUnavailable(f"cannot lock the state dir: {exc.strerror or exc}") from None
-    return fd
+        raise StoreUnavailable(f"cannot lock the state dir lock {str(path)!r}: {why}") from None

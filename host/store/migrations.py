@@ -31,7 +31,7 @@ from host.errors import StoreUnavailable
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_version", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_version", "migrate", "migrate_database", "schema_version"]
 
 _LOCK_KEY: Final = 0x5370_6B61_6465  # advisory lock id for migrations ("Stockade")
 
@@ -172,3 +172,27 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[int, int]:
                 conn.execute("UPDATE stockade_schema SET version = %s", (step,))
     start = max(start, 0)
     return start, max(start, SCHEMA_VERSION)
+
+
+def migrate_database(dsn: str) -> tuple[int, int, str]:
+    """Open ``dsn`` (one connection), :func:`migrate` it and close it.
+
+    The public path for the CLI's ``store migrate`` (``sdk`` never imports
+    ``host.store._pg``).
+
+    Raises:
+        ImportError: psycopg 3 is not installed (``stockade[postgres]``).
+        StoreUnavailable: the database is unreachable or its schema is newer than this
+            Stockade knows.
+
+    Returns:
+        (schema version before, after, the DSN as shown without its password).
+    """
+    from host.store._pg import Database  # noqa: PLC0415 - optional dependency (psycopg)
+
+    db = Database(dsn, pool_size=1)
+    try:
+        before, after = db.run(migrate, what="migrate the schema", idempotent=False)
+    finally:
+        db.close()
+    return before, after, db.display

@@ -10,8 +10,9 @@ best named with a leading ``_``).
 
 A command that passes arguments on (``stockade test -- -k name``) sets a
 ``passthrough`` default; ``sdk.cli`` puts everything after ``--`` there. Host commands
-get their ``--lock``/``--state-dir``/``--trusted-keys``/``--require-signatures`` filled
-from the host config file before they run (``sdk.commands._common.apply_host_file``).
+get their ``--lock``/``--state-dir``/``--trusted-keys``/``--require-signatures``/
+``--unsafe-allow-unsigned`` filled from the host config file before they run
+(``sdk.commands._common.apply_host_file``).
 """
 
 from __future__ import annotations

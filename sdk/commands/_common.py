@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "EXIT_ESCALATION",
     "EXIT_FAILED",
+    "EXIT_INTERNAL",
     "EXIT_NOT_SUCCESSOR",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -61,6 +62,7 @@ __all__ = [
     "add_host_options",
     "add_state_dir",
     "add_store_option",
+    "add_verb",
     "apply_host_file",
     "audit_path",
     "cell",
@@ -75,6 +77,7 @@ __all__ = [
     "state_dir",
     "stderr_console",
     "stdout_console",
+    "user_input",
     "verified_lock",
 ]
 
@@ -83,6 +86,7 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_ESCALATION: Final = 3
 EXIT_NOT_SUCCESSOR: Final = 4  # `stockade diff`: the new lock does not directly follow the old one
+EXIT_INTERNAL: Final = 70  # an exception no command expected: a bug (sysexits EX_SOFTWARE)
 
 DEFAULT_STATE_DIR: Final = Path("~/.stockade")
 DEFAULT_LOCK: Final = Path("stockade.lock")
@@ -163,6 +167,7 @@ def open_store_spec(spec: str, **options: Any) -> Any:
 
 _HOST_OPTIONS: Final = (
     "lock", "state_dir", "trusted_keys", "trusted_operator_keys", "require_signatures", "store",
+    "unsafe_allow_unsigned",
 )  # fmt: skip
 
 
@@ -276,6 +281,7 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="refuse any package of the lock that is not signed by a trusted key",
     )
+    add_unsigned_option(parser)
     parser.add_argument(
         "--trusted-operator-keys",
         type=Path,
@@ -309,14 +315,81 @@ def open_secrets(root: Path) -> SecretsStore | None:
     return SecretsStore(root / "secrets.json", key)
 
 
-def verified_lock(lock: Path, *, trusted_keys: Path | None, require_signatures: bool) -> LoadedLock:
+def add_verb(
+    verbs: Any, name: str, help_text: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """Add the verb ``name`` (with ``--json``) running ``func`` to a command's verbs.
+
+    Args:
+        verbs: what ``parser.add_subparsers(...)`` returned.
+        name: the verb.
+        help_text: its one-line help.
+        func: ``func(args) -> exit status``.
+
+    Returns:
+        The verb's parser, for further options.
+    """
+    verb: argparse.ArgumentParser = verbs.add_parser(name, help=help_text)
+    verb.add_argument("--json", action="store_true", help="machine-readable output")
+    verb.set_defaults(func=func)
+    return verb
+
+
+@contextmanager
+def user_input(hint: str) -> Iterator[None]:
+    """Report a ``ValueError`` raised while the user's own arguments are applied (a bad
+    name, a malformed ``--secret``) as a usage error; wrap only such code, so that any
+    other ``ValueError`` stays an internal error (``INTERNAL_ERROR``, exit 70).
+
+    Raises:
+        UsageFailed: ``USAGE`` with the ValueError's message and ``hint``.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        raise UsageFailed("USAGE", str(exc), hint=hint) from None
+
+
+def add_unsigned_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--unsafe-allow-unsigned`` (read back with :func:`signatures_waived`)."""
+    parser.add_argument(
+        "--unsafe-allow-unsigned",
+        action="store_true",
+        help="accept unsigned packages although trusted keys are configured (development only; "
+        "logged, and recorded in the lock.accepted audit record of a host)",
+    )
+
+
+def signatures_waived(args: argparse.Namespace) -> bool:
+    """The ``--unsafe-allow-unsigned`` choice (or the config file's), checked against
+    ``--require-signatures``.
+
+    Raises:
+        UsageFailed: both are set (they contradict each other).
+    """
+    waived = bool(getattr(args, "unsafe_allow_unsigned", False))
+    if waived and getattr(args, "require_signatures", False):
+        raise UsageFailed(
+            "USAGE",
+            "--unsafe-allow-unsigned contradicts --require-signatures "
+            "(or the config file's require_signatures)",
+            hint="drop one of them",
+        )
+    return waived
+
+
+def verified_lock(
+    lock: Path, *, trusted_keys: Path | None, require_signatures: bool, unsafe_allow_unsigned: bool = False
+) -> LoadedLock:
     """A lock with every digest, signature and manifest verified; nothing compiled or persisted.
 
     For commands that read what a lock declares (``policy grant-tool``, ``policy
     explain``, ``init``) without opening a host (which compiles components).
 
     Raises:
-        LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: from ``load_lock``.
+        LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: from ``load_lock``
+            (with trusted keys, an unsigned package is SIGNATURE_INVALID unless
+            ``unsafe_allow_unsigned``).
     """
     import tempfile
 
@@ -325,7 +398,10 @@ def verified_lock(lock: Path, *, trusted_keys: Path | None, require_signatures: 
 
     keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
     with tempfile.TemporaryDirectory(prefix="stockade-read-") as scratch:
-        config = HostConfig(state_dir=Path(scratch), require_signatures=require_signatures)
+        config = HostConfig(
+            state_dir=Path(scratch), require_signatures=require_signatures,
+            unsafe_allow_unsigned=unsafe_allow_unsigned,
+        )
         return load_lock(Path(lock), config=config, trusted_keys=keys)
 
 
@@ -337,6 +413,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
     return HostConfig(
         state_dir=root,
         require_signatures=bool(args.require_signatures),
+        unsafe_allow_unsigned=signatures_waived(args),
         trusted_keys_file=args.trusted_keys,
         trusted_operator_keys_file=args.trusted_operator_keys,
         artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)

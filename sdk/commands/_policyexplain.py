@@ -19,9 +19,9 @@ from sdk.commands._common import audit_path, location_flags, safe_text, state_di
 def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str, Any]) -> dict[str, Any]:
     """The decision report (JSON-able) for ``args.subject`` in ``args.project`` calling ``tool``."""
     from host.plan import Principal
-    from host.policy.engine import Effect
+    from host.policy.engine import Verdict
     from host.policy.grants import final_decision
-    from host.policy.toolpolicy import CLASS_DEFAULTS, ToolPolicyStore, strictest
+    from host.policy.toolpolicy import CLASS_DEFAULTS, ToolPolicyStore, service_of, strictest
 
     principal = Principal(project=args.project, subject=args.subject)
     roles = document["bindings"].get(args.project, {}).get(args.subject, [])
@@ -34,26 +34,26 @@ def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str
             if permission in document["roles"].get(name, {}).get("allow", [])
             or permission in document["roles"].get(name, {}).get("ask", [])
         ]
-        permissions.append({"permission": permission, "effect": decision.effect.value, "roles": granting})
-    effects = [Effect(p["effect"]) for p in permissions]
-    engine_effect = (
-        Effect.DENY
-        if Effect.DENY in effects
-        else Effect.REQUIRE_APPROVAL
-        if Effect.REQUIRE_APPROVAL in effects
-        else Effect.ALLOW
+        permissions.append({"permission": permission, "effect": decision.verdict.value, "roles": granting})
+    effects = [Verdict(p["effect"]) for p in permissions]
+    engine_verdict = (
+        Verdict.DENY
+        if Verdict.DENY in effects
+        else Verdict.REQUIRE_APPROVAL
+        if Verdict.REQUIRE_APPROVAL in effects
+        else Verdict.ALLOW
     )
-    effect = tool.effect.value
+    effect = tool.effect
     settings = getattr(args, "host_file", None)
     store = ToolPolicyStore(
         state_dir(args) / "tool-policy", admin_dir=settings.admin_policy_dir if settings else None
     )
-    service = tool.name.split(".", 1)[0]
+    service = service_of(tool.name)
     cap = store.cap_mode(tool=tool.name, service=service, effect=effect)
     user = store.load(args.subject, args.project).lookup(tool=tool.name, service=service, effect=effect)
     user_mode = user or CLASS_DEFAULTS[effect]
     mode = strictest(cap, user_mode)
-    decision = final_decision(engine_effect, mode, False)
+    decision = final_decision(engine_verdict, mode, False)
     missing = [p["permission"] for p in permissions if p["effect"] == "deny"]
     fence = engine.fence()
     role = roles[0] if roles else "agent"
@@ -67,11 +67,11 @@ def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str
         "tool": f"{tool.name}@{tool.version}",
         "principal": {"project": args.project, "subject": args.subject},
         "decision": decision,
-        "engine": {"effect": engine_effect.value, "roles": roles, "permissions": permissions},
+        "engine": {"effect": engine_verdict.value, "roles": roles, "permissions": permissions},
         "managed_cap": {"mode": cap.value, "dir": str(settings.admin_policy_dir) if settings else None},
         "user_tool_policy": {
             "mode": user_mode.value,
-            "source": "user selector" if user is not None else f"class default for {effect}",
+            "source": "user selector" if user is not None else f"class default for {effect.value}",
         },
         "tool_policy_mode": mode.value,
         "session_grant": "none: session grants live in a running host's memory and only discharge ask",

@@ -24,7 +24,7 @@ from host.runtime.cache import cache_usage, prune_artifacts
 from sdk._artifacts import CACHE_MAX_BYTES
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root, toolchain_root
 from sdk.build import build_cache_entries, prune_build_cache
-from sdk.commands._common import EXIT_OK, cell, print_json, stdout_console
+from sdk.commands._common import EXIT_OK, add_verb, cell, print_json, stdout_console
 
 BUILD_CACHE_MAX_BYTES = 1024**3  # bytes; a Python plugin's module is ~18 MB
 
@@ -38,15 +38,11 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    info = verbs.add_parser("info", help="where the caches are and how big they are")
-    info.add_argument("--json", action="store_true", help="machine-readable output")
-    info.set_defaults(func=run_info)
-    prune = verbs.add_parser("prune", help="remove least recently used entries down to the caps")
+    add_verb(verbs, "info", "where the caches are and how big they are", run_info)
+    prune = add_verb(verbs, "prune", "remove least recently used entries down to the caps", run_prune)
     prune.add_argument("--max-artifact-bytes", type=int, default=CACHE_MAX_BYTES, metavar="N")
     prune.add_argument("--max-build-bytes", type=int, default=BUILD_CACHE_MAX_BYTES, metavar="N")
     prune.add_argument("--all", action="store_true", help="empty the build and artifact caches")
-    prune.add_argument("--json", action="store_true", help="machine-readable output")
-    prune.set_defaults(func=run_prune)
 
 
 def _size(path: Path) -> int:

@@ -35,6 +35,7 @@ from sdk.commands._common import (
     print_json,
     safe_text,
     stderr_console,
+    user_input,
 )
 from sdk.commands._progress import author_progress, problems_listed
 from sdk.devrun import DevOutcome, dev_run, read_secret
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         hint = "run it in a plugin project, or pass --project DIR or --bundle DIR"
         raise UsageFailed("PROJECT_NOT_FOUND", f"no {PROJECT_FILE} in {project}", hint=hint)
     tool, _, version = args.tool.partition("@")
-    secrets = dict(read_secret(spec) for spec in args.secret)
+    with user_input("give each --secret as NAME=@FILE or NAME=env:VAR"):
+        secrets = dict(read_secret(spec) for spec in args.secret)
     value = _input(args.input)
     console = stderr_console()
     for host in args.allow_host:

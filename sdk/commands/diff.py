@@ -39,8 +39,10 @@ from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
     UsageFailed,
+    add_unsigned_option,
     cell,
     print_json,
+    signatures_waived,
     stdout_console,
 )
 from sdk.review import LockDiff, diff_locks
@@ -64,8 +66,10 @@ def register(sub: Any) -> None:
         "then the only positional is the lock file",
     )
     parser.add_argument(
-        "--trusted-keys", type=Path, default=None, metavar="FILE", help="trusted keys (signed locks)"
+        "--trusted-keys", type=Path, default=None, metavar="FILE",
+        help="trusted keys; when given, every package must be signed by one of them",
     )
+    add_unsigned_option(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable diff (format stockade.diff/1)")
     parser.set_defaults(func=run)
 
@@ -79,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
                 "diff needs OLD_LOCK and NEW_LOCK (or --from-git REV [LOCK])",
                 hint="see `stockade diff --help`",
             )
-        diff = diff_locks(args.old, args.new, trusted_keys=args.trusted_keys)
+        diff = diff_locks(
+            args.old, args.new, trusted_keys=args.trusted_keys, unsafe_allow_unsigned=signatures_waived(args)
+        )
     else:
         if args.new is not None:
             raise UsageFailed(
@@ -91,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         lock = args.old or (settings.lock if settings is not None and settings.lock else DEFAULT_LOCK)
         with tempfile.TemporaryDirectory(prefix="stockade-diff-") as scratch:
             old = lock_at_revision(Path(lock), args.from_git, Path(scratch))
-            diff = diff_locks(old, Path(lock), trusted_keys=args.trusted_keys)
+            diff = diff_locks(
+                old, Path(lock), trusted_keys=args.trusted_keys, unsafe_allow_unsigned=signatures_waived(args)
+            )
     if args.json:
         print_json(diff.to_dict())
     else:

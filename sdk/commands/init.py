@@ -9,8 +9,9 @@ tool of the lock, the ``stockade policy grant-tool`` line that grants exactly wh
 declares, and a ``stockade call`` line.
 
 ``--trusted-keys FILE`` also turns on ``require_signatures`` (pass
-``--allow-unsigned`` to keep unsigned packages loadable). An existing config file is
-never overwritten.
+``--allow-unsigned`` to keep unsigned packages loadable: it records
+``unsafe_allow_unsigned = true``, since a host with trusted keys otherwise refuses them).
+An existing config file is never overwritten.
 
 Exit codes: 0 ok, 1 refused (the config file exists, a file cannot be written), 2 usage.
 """
@@ -59,7 +60,8 @@ def register(sub: Any) -> None:
         help="trusted keys file (stockade.keys/1) to record; turns on require_signatures",
     )
     parser.add_argument(
-        "--allow-unsigned", action="store_true", help="with --trusted-keys: do not require signatures"
+        "--allow-unsigned", action="store_true",
+        help="with --trusted-keys: do not require signatures (records unsafe_allow_unsigned = true)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--project", default="PROJECT", help="project for the printed commands")
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         lock=_relative(args.new_lock, base),
         trusted_keys=_relative(keys, base) if keys else None,
         require_signatures=bool(keys) and not args.allow_unsigned,
+        unsafe_allow_unsigned=bool(keys) and args.allow_unsigned,
     )
     base.mkdir(parents=True, exist_ok=True)
     with open(target, "x", encoding="utf-8") as handle:
@@ -107,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     settings = load_host_file(target)
     state = settings.state_dir or base / ".stockade"
     created = _make_state(state)
-    tools, problem = _locked_tools(settings.lock, settings.trusted_keys) if settings.lock else ([], None)
+    waived = bool(settings.unsafe_allow_unsigned)
+    lock = settings.lock
+    tools, problem = _locked_tools(lock, settings.trusted_keys, waived) if lock else ([], None)
     steps = _next_commands(args, tools, settings.lock, problem)
     if args.json:
         print_json(
@@ -170,7 +175,7 @@ def sample_input(schema: Any) -> Any:
 Locked = tuple[str, str, list[str], Any]
 
 
-def _locked_tools(lock: Path, trusted_keys: Path | None) -> tuple[list[Locked], str | None]:
+def _locked_tools(lock: Path, trusted_keys: Path | None, waived: bool) -> tuple[list[Locked], str | None]:
     """(tool, version, required secrets, sample input) of every locked tool, and why the
     lock could not be read (``None`` when it could, or when there is no lock yet)."""
     from host.errors import StockadeError
@@ -178,7 +183,9 @@ def _locked_tools(lock: Path, trusted_keys: Path | None) -> tuple[list[Locked], 
     if not lock.exists():
         return [], None
     try:
-        loaded = verified_lock(lock, trusted_keys=trusted_keys, require_signatures=False)
+        loaded = verified_lock(
+            lock, trusted_keys=trusted_keys, require_signatures=False, unsafe_allow_unsigned=waived
+        )
     except StockadeError as exc:
         return [], f"{exc.code}: {exc.message}"
     found: list[Locked] = []

@@ -36,7 +36,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from host.errors import ComponentRefused
-from sdk.commands._common import EXIT_FAILED, EXIT_OK, cell, print_json, stderr_console, stdout_console
+from sdk.commands._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_unsigned_option,
+    cell,
+    print_json,
+    signatures_waived,
+    stderr_console,
+    stdout_console,
+)
 from sdk.commands._layout import emit
 from sdk.commands.lockmcp import render_mcp_source
 from sdk.review import bundle_report, lock_report
@@ -72,6 +81,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--require-signatures", action="store_true", help="refuse unsigned packages (for a lock)"
     )
+    add_unsigned_option(parser)
     parser.add_argument("--imports", action="store_true", help="list every WASI import (by default: a count)")
     parser.add_argument(
         "--no-imports", action="store_true", help="do not compile the component to list imports"
@@ -104,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 trusted_keys=args.trusted_keys,
                 require_signatures=args.require_signatures,
                 imports=imports,
+                unsafe_allow_unsigned=signatures_waived(args),
             )
     refused = _first_refusal(report)
     if args.json:

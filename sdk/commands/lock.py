@@ -37,7 +37,9 @@ from host.lock import LoadedLock, LockEntry, LockState
 from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
+    add_unsigned_option,
     print_json,
+    signatures_waived,
     stderr_console,
 )
 from sdk.commands._registry import add_registry_options, add_verify_options
@@ -134,6 +136,7 @@ def register(sub: Any) -> None:
         help="trusted operator keys file: the lock must carry a valid lock signature by one",
     )
     verify.add_argument("--require-signatures", action="store_true", help="refuse unsigned packages")
+    add_unsigned_option(verify)
     verify.add_argument(
         "--components",
         action="store_true",
@@ -261,6 +264,7 @@ def run_verify(args: argparse.Namespace) -> int:
         trusted_keys=args.trusted_keys,
         require_signatures=args.require_signatures,
         operator_keys=args.trusted_operator_keys,
+        unsafe_allow_unsigned=signatures_waived(args),
     )
     if args.components:
         _check_components(loaded)

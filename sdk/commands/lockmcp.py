@@ -20,8 +20,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from host._files import read_regular
 from host.errors import ManifestInvalid
+from host.files import read_regular
 from host.manifest import Effect, Risk
 from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin
 from host.mcpsource.pinning import pin_source

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from host._files import open_regular
 from host.errors import AuditUnavailable
+from host.files import open_regular
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = scaffold_project(directory, args.name, language=args.lang, template=args.template)
     except ScaffoldError as exc:
-        if exc.code == "NAME_INVALID":
+        if exc.code in ("NAME_INVALID", "TEMPLATE_UNKNOWN"):
             raise UsageFailed(exc.code, exc.message, hint="e.g. `stockade new my-tools`") from None
         hint = "choose a new or empty directory with --dir"
         raise CommandFailed(exc.code, exc.message, hint=hint) from None

@@ -41,7 +41,9 @@ from sdk.commands._common import (
     location_flags,
     print_json,
     safe_text,
+    signatures_waived,
     state_dir,
+    user_input,
     verified_lock,
 )
 
@@ -215,7 +217,8 @@ def _locked_tool(args: argparse.Namespace) -> Any:
 
     name, version = _split_tool(args.tool)
     loaded = verified_lock(
-        args.lock, trusted_keys=args.trusted_keys, require_signatures=bool(args.require_signatures)
+        args.lock, trusted_keys=args.trusted_keys, require_signatures=bool(args.require_signatures),
+        unsafe_allow_unsigned=signatures_waived(args),
     )
     offered = []
     for package in loaded.packages:
@@ -266,7 +269,9 @@ def run_explain(args: argparse.Namespace) -> int:
     """Explain the decision layer by layer; exit 0 allow, 1 deny, 3 approval."""
     from sdk.commands._policyexplain import explain, render
 
-    report = explain(args, _locked_tool(args), _engine(args), _document(args))
+    tool, engine, document = _locked_tool(args), _engine(args), _document(args)
+    with user_input("project and subject must be 1-256 characters without control characters"):
+        report = explain(args, tool, engine, document)
     if args.json:
         print_json(report)
     else:

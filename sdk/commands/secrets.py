@@ -37,6 +37,7 @@ from sdk.commands._common import (
     print_json,
     state_dir,
     stdout_console,
+    user_input,
 )
 
 
@@ -130,7 +131,8 @@ def run_set(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """List names and metadata."""
-    infos = _store(args).list(args.project, args.subject)
+    with user_input("see `stockade secrets list --help`"):
+        infos = _store(args).list(args.project, args.subject)
     rows = [{"name": i.name, "created_at": str(i.created_at), "updated_at": str(i.updated_at)} for i in infos]
     if args.json:
         print_json(rows)
@@ -146,7 +148,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     """Delete one secret; 1 if it did not exist."""
-    removed = _store(args).delete(args.project, args.subject, args.name)
+    with user_input("see `stockade secrets rm --help`"):
+        removed = _store(args).delete(args.project, args.subject, args.name)
     if args.json:
         print_json({"ok": removed, "name": args.name})
     else:

@@ -49,6 +49,7 @@ from sdk.commands._common import (
     checkpoint_options,
     open_secrets,
     open_store_spec,
+    signatures_waived,
     state_dir,
 )
 
@@ -194,6 +195,7 @@ def _config(args: argparse.Namespace, root: Path) -> HostConfig:
     return HostConfig(
         state_dir=root,
         require_signatures=bool(args.require_signatures),
+        unsafe_allow_unsigned=signatures_waived(args),
         trusted_keys_file=args.trusted_keys,
         trusted_operator_keys_file=args.trusted_operator_keys,
     )

@@ -20,8 +20,8 @@ from typing import Any
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from host._files import read_regular
 from host.errors import LockInvalid
+from host.files import read_regular
 from sdk.bundle import load_private_key, read_bundle, sign_package
 from sdk.commands._common import EXIT_OK, CommandFailed, print_json, stderr_console
 

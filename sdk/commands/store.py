@@ -53,16 +53,11 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def _migrate(dsn: str) -> tuple[int, int, str]:
     try:
-        from host.store._pg import Database
-        from host.store.migrations import migrate
+        from host.store.migrations import migrate_database
+
+        return migrate_database(dsn)
     except ImportError as exc:
         raise StoreUnavailable(
             f"the postgres store needs psycopg 3 ({exc.name} is not installed)",
             hint="pip install 'stockade[postgres]'",
         ) from None
-    db = Database(dsn, pool_size=1)
-    try:
-        before, after = db.run(migrate, what="migrate the schema", idempotent=False)
-    finally:
-        db.close()
-    return before, after, db.display

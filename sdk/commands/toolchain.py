@@ -17,7 +17,15 @@ import os
 import time
 from typing import Any
 
-from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, print_json, stderr_console
+from sdk.commands._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandFailed,
+    add_verb,
+    cell,
+    print_json,
+    stderr_console,
+)
 from sdk.toolchain import (
     JS_TOOLCHAIN_ENV,
     ToolchainError,
@@ -38,12 +46,8 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    install = verbs.add_parser("install", help="install the pinned toolchain into the per-user cache")
-    install.add_argument("--json", action="store_true", help="machine-readable output")
-    install.set_defaults(func=run_install)
-    status = verbs.add_parser("status", help="where the toolchain is and whether it is complete")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(func=run_status)
+    add_verb(verbs, "install", "install the pinned toolchain into the per-user cache", run_install)
+    add_verb(verbs, "status", "where the toolchain is and whether it is complete", run_status)
 
 
 def run_install(args: argparse.Namespace) -> int:

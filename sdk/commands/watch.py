@@ -71,7 +71,7 @@ def _once(project: Path, pytest_args: list[str]) -> int:
     try:
         status = run_tests(project, pytest_args)
     except (StockadeError, BuildError) as exc:
-        text = f"{exc.code}: {exc.message}" if isinstance(exc, StockadeError) else str(exc)
+        text = f"{exc.code}: {exc.message}" if isinstance(exc, StockadeError) else f"{exc.code}: {exc}"
         stderr_console().print(f"error: {safe_text(text)}", markup=False, highlight=False)
         status = EXIT_FAILED
     verdict = "[green]passed[/]" if status == EXIT_OK else "[red]failed[/]"

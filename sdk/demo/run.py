@@ -168,7 +168,8 @@ def _build(screen: Screen, ws: Workspace) -> list[BuildResult]:
     if not (TRACKER_PROJECT / "stockade.toml").is_file():
         raise BuildError(
             f"the first-party tracker plugin is missing ({TRACKER_PROJECT}); "
-            "run the demo from a Stockade source checkout"
+            "run the demo from a Stockade source checkout",
+            code="BUILD_PROJECT_INVALID",
         )
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=screen.console) as bar:

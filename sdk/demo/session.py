@@ -23,6 +23,7 @@ from rich.text import Text
 
 from host import CallRequest, CallResult, Host, Principal
 from host.audit import verify
+from host.manifest import Effect
 from host.plan import Preview
 from host.registry import ToolDefinition
 from sdk.cli import main
@@ -126,10 +127,9 @@ class Session:
         rows = []
         for tool, schema in zip(self.host.registry, schemas, strict=True):
             params = sorted(tool.input_schema.get("properties", {}))
-            effect = str(getattr(tool.effect, "value", tool.effect))
-            rows.append((schema["function"]["name"], f"{tool.name}@{tool.version}", effect,
-                         str(getattr(tool.risk, "value", tool.risk)),
-                         "ask a person" if effect != "read" else "allow", ", ".join(params) or "—"))
+            rows.append((schema["function"]["name"], f"{tool.name}@{tool.version}", tool.effect.value,
+                         tool.risk.value,
+                         "allow" if tool.effect is Effect.READ else "ask a person", ", ".join(params) or "—"))
         self.screen.table("Tools (the hostile plugin calls all of its tools low-risk reads)",
                           ("model sees", "tool", "effect", "risk", "default", "parameters"), rows)
         wanted = {"tracker.list-issues", "tracker.get-issue", "tracker.create-issue", "tracker.comment"}

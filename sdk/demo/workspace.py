@@ -17,6 +17,7 @@ the host still verifies each artifact's HMAC before loading it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from host.canonical import canonical_json, digest_json, sha256_hex
+from host.files import create_exclusive
 from host.manifest import PackageManifest
 from host.policy.engine import FilePolicyEngine
 from host.secrets import MasterKey, SecretsStore, generate_key_file
@@ -193,12 +195,8 @@ class Workspace:
 def _artifact_key(cache: Path) -> Path:
     """The persistent artifact HMAC key (32 random bytes, mode 0600), created once."""
     path = cache / "artifact.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return path
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(_random.token_bytes(_ARTIFACT_KEY_BYTES))
+    with contextlib.suppress(FileExistsError):
+        create_exclusive(path, _random.token_bytes(_ARTIFACT_KEY_BYTES))
     return path
 
 

@@ -173,7 +173,13 @@ def test_dropped_signature_escalates(tmp_path: Path) -> None:
     new = _lock(tmp_path / "new", [make_manifest()], generation=2, previous=lock_digest(old))
     unverified = run_cli("diff", str(old), str(new), cwd=tmp_path)
     assert unverified.returncode == 1 and "error: SIGNATURE_INVALID" in unverified.stderr
-    proc = run_cli("diff", str(old), str(new), "--trusted-keys", "keys.json", "--json", cwd=tmp_path)
+    # with trusted keys a host would refuse the unsigned package, and so does the diff ...
+    refused = run_cli("diff", str(old), str(new), "--trusted-keys", "keys.json", "--json", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert json_out(refused)["error"]["details"]["reason"] == "unsigned"
+    # ... unless told to accept it, and then the dropped signature is the escalation
+    proc = run_cli("diff", str(old), str(new), "--trusted-keys", "keys.json", "--unsafe-allow-unsigned", "--json",
+                   cwd=tmp_path)
     assert proc.returncode == 3
     assert json_out(proc)["escalations"] == ["signature.dropped"]
 

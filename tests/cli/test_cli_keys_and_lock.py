@@ -122,6 +122,29 @@ def test_unsigned_package_refused_when_signatures_required(tmp_path: Path) -> No
     assert "error: SIGNATURE_INVALID" in proc.stderr and "not signed" in proc.stderr
 
 
+def test_unsigned_package_refused_when_trusted_keys_are_given(tmp_path: Path) -> None:
+    _keygen(tmp_path)
+    assert run_cli("lock", "add", str(_bundle(tmp_path)), cwd=tmp_path).returncode == 0
+    proc = run_cli("lock", "verify", "--trusted-keys", "trusted-keys.json", "--json", cwd=tmp_path)
+    assert proc.returncode == 1
+    error = json_out(proc)["error"]
+    assert error["code"] == "SIGNATURE_INVALID" and error["details"]["reason"] == "unsigned"
+
+
+def test_unsafe_allow_unsigned_accepts_and_conflicts_with_require_signatures(tmp_path: Path) -> None:
+    _keygen(tmp_path)
+    assert run_cli("lock", "add", str(_bundle(tmp_path)), cwd=tmp_path).returncode == 0
+    ok = run_cli("lock", "verify", "--trusted-keys", "trusted-keys.json", "--unsafe-allow-unsigned", "--json",
+                 cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert json_out(ok)["packages"][0]["signed"] is False
+    assert "unsafe_allow_unsigned is on" in ok.stderr
+    both = run_cli("lock", "verify", "--trusted-keys", "trusted-keys.json", "--unsafe-allow-unsigned",
+                   "--require-signatures", cwd=tmp_path)
+    assert both.returncode == 2
+    assert "contradicts --require-signatures" in both.stderr
+
+
 def test_lock_add_increments_generation_and_chains_previous(tmp_path: Path) -> None:
     lock = tmp_path / "stockade.lock"
     first = json_out(run_cli("lock", "add", str(_bundle(tmp_path)), "--json", cwd=tmp_path))

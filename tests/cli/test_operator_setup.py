@@ -276,3 +276,33 @@ def test_init_on_a_lock_it_cannot_verify_says_why_instead_of_guessing(tmp_path: 
     assert proc.returncode == 0, proc.stderr
     steps = proc.stdout.split("next:", 1)[1]
     assert "stockade lock verify   # the lock does not verify yet: SIGNATURE_INVALID" in steps
+
+
+def _unsigned_workspace(root: Path) -> Path:
+    module = echo_component()
+    write_bundle(root / "bundles" / "echo", echo_manifest([echo_tool()], module), module)
+    for argv in (
+        ("keygen", "--out", "signing.pem", "--keys-file", "trusted-keys.json"),
+        ("lock", "add", "bundles/echo"),  # unsigned
+    ):
+        proc = run_cli(*argv, cwd=root)
+        assert proc.returncode == 0, proc.stderr
+    return root
+
+
+@pytest.mark.parametrize("waived", [False, True], ids=["keys-require-signatures", "allow-unsigned"])
+def test_config_with_trusted_keys_refuses_an_unsigned_lock_unless_init_allowed_it(
+    tmp_path: Path, waived: bool
+) -> None:
+    root = _unsigned_workspace(tmp_path)
+    flags = ["--allow-unsigned"] if waived else []
+    assert run_cli("init", "--trusted-keys", "trusted-keys.json", *flags, cwd=root).returncode == 0
+    config = (root / "stockade.host.toml").read_text()
+    assert ("unsafe_allow_unsigned = true" in config) is waived
+    proc = run_cli("lock", "verify", "--json", cwd=root)  # keys (and the waiver) from the config file
+    if waived:
+        assert proc.returncode == 0, proc.stderr
+        assert "unsafe_allow_unsigned is on" in proc.stderr
+    else:
+        assert proc.returncode == 1
+        assert json_out(proc)["error"]["details"]["reason"] == "unsigned"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from host.plan import Principal
-from host.policy.engine import Effect, FilePolicyEngine
+from host.policy.engine import FilePolicyEngine, Verdict
 
 
 def stockade(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,14 +26,14 @@ def test_policy_round_trip_grants_exactly_what_was_written(tmp_path: Path) -> No
     assert stockade("policy", "grant", "p", "alice", "agent", *state).returncode == 0
     engine = FilePolicyEngine(tmp_path / "policy.json")
     alice = Principal(project="p", subject="alice")
-    assert engine.authorize(alice, "p", "tool.call:t.read").effect is Effect.ALLOW
-    assert engine.authorize(alice, "p", "tool.call:t.write").effect is Effect.REQUIRE_APPROVAL
-    assert engine.authorize(alice, "p", "tool.call:*").effect is Effect.DENY
+    assert engine.authorize(alice, "p", "tool.call:t.read").verdict is Verdict.ALLOW
+    assert engine.authorize(alice, "p", "tool.call:t.write").verdict is Verdict.REQUIRE_APPROVAL
+    assert engine.authorize(alice, "p", "tool.call:*").verdict is Verdict.DENY
     shown = stockade("policy", "show", "--json", *state)
     assert json.loads(shown.stdout)["bindings"] == {"p": {"alice": ["agent"]}}
     revoked = stockade("policy", "revoke", "p", "alice", "agent", "--json", *state)
     assert json.loads(revoked.stdout)["role_binding_version"] >= 2
-    assert engine.authorize(alice, "p", "tool.call:t.read").effect is Effect.DENY
+    assert engine.authorize(alice, "p", "tool.call:t.read").verdict is Verdict.DENY
 
 
 def test_policy_edit_without_file_fails_with_a_hint(tmp_path: Path) -> None:

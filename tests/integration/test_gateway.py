@@ -22,7 +22,7 @@ from host.audit import AuditLog, verify
 from host.canonical import digest_json
 from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied
 from host.plan import Approval, InvocationPlan, Preview, action_digest
-from host.policy.engine import Decision, Effect, Fence
+from host.policy.engine import Decision, Fence, Verdict
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
 from host.secrets import SecretsStore
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
@@ -221,9 +221,9 @@ GOOD = Fence(1, 1)
     [
         _Engine(OSError("store down")),
         _Engine(["allow", "allow"]),
-        _Engine([Decision(Effect.ALLOW, None), Decision(Effect.ALLOW, None)]),
-        _Engine([Decision(Effect.ALLOW, GOOD), Decision(Effect.ALLOW, Fence(1, 2))]),
-        _Engine([Decision(Effect.ALLOW, Fence(-1, 1)), Decision(Effect.ALLOW, Fence(-1, 1))]),
+        _Engine([Decision(Verdict.ALLOW, None), Decision(Verdict.ALLOW, None)]),
+        _Engine([Decision(Verdict.ALLOW, GOOD), Decision(Verdict.ALLOW, Fence(1, 2))]),
+        _Engine([Decision(Verdict.ALLOW, Fence(-1, 1)), Decision(Verdict.ALLOW, Fence(-1, 1))]),
     ],
     ids=["store-error", "malformed-decision", "missing-fence", "mixed-fences", "malformed-fence"],
 )

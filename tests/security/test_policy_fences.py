@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from host.errors import PolicyUnavailable
-from host.policy.engine import Decision, Effect, Fence, FilePolicyEngine, aggregate, check_fences
+from host.policy.engine import Decision, Fence, FilePolicyEngine, Verdict, aggregate, check_fences
 from tests.support.policy import P
 
 F = Fence(4, 9)
-ALLOW = Decision(Effect.ALLOW, F)
-ASK = Decision(Effect.REQUIRE_APPROVAL, F)
-DENY = Decision(Effect.DENY, None)
+ALLOW = Decision(Verdict.ALLOW, F)
+ASK = Decision(Verdict.REQUIRE_APPROVAL, F)
+DENY = Decision(Verdict.DENY, None)
 
 
 def test_same_fence_accepted() -> None:
@@ -23,21 +23,21 @@ def test_same_fence_accepted() -> None:
 
 
 def test_zero_versions_are_well_formed() -> None:
-    assert check_fences([Decision(Effect.ALLOW, Fence(0, 0))]) == Fence(0, 0)
+    assert check_fences([Decision(Verdict.ALLOW, Fence(0, 0))]) == Fence(0, 0)
 
 
 BAD: list[tuple[str, list[Any]]] = [
     ("no-decisions", []),
-    ("missing-fence", [ALLOW, Decision(Effect.ALLOW, None)]),
-    ("negative-policy-version", [Decision(Effect.ALLOW, Fence(-1, 9))]),
-    ("negative-binding-version", [Decision(Effect.REQUIRE_APPROVAL, Fence(4, -1))]),
-    ("bool-version", [Decision(Effect.ALLOW, Fence(True, 1))]),
-    ("bool-version-equal-to-int", [Decision(Effect.ALLOW, Fence(1, 1)), Decision(Effect.ALLOW, Fence(True, 1))]),
-    ("float-version", [Decision(Effect.ALLOW, Fence(4.0, 9))]),  # type: ignore[arg-type]
-    ("string-version", [Decision(Effect.ALLOW, Fence("4", 9))]),  # type: ignore[arg-type]
-    ("tuple-not-fence", [Decision(Effect.ALLOW, (4, 9))]),  # type: ignore[arg-type]
-    ("mixed-policy-version", [ALLOW, Decision(Effect.ALLOW, Fence(5, 9))]),
-    ("mixed-binding-version", [ASK, Decision(Effect.REQUIRE_APPROVAL, Fence(4, 10))]),
+    ("missing-fence", [ALLOW, Decision(Verdict.ALLOW, None)]),
+    ("negative-policy-version", [Decision(Verdict.ALLOW, Fence(-1, 9))]),
+    ("negative-binding-version", [Decision(Verdict.REQUIRE_APPROVAL, Fence(4, -1))]),
+    ("bool-version", [Decision(Verdict.ALLOW, Fence(True, 1))]),
+    ("bool-version-equal-to-int", [Decision(Verdict.ALLOW, Fence(1, 1)), Decision(Verdict.ALLOW, Fence(True, 1))]),
+    ("float-version", [Decision(Verdict.ALLOW, Fence(4.0, 9))]),  # type: ignore[arg-type]
+    ("string-version", [Decision(Verdict.ALLOW, Fence("4", 9))]),  # type: ignore[arg-type]
+    ("tuple-not-fence", [Decision(Verdict.ALLOW, (4, 9))]),  # type: ignore[arg-type]
+    ("mixed-policy-version", [ALLOW, Decision(Verdict.ALLOW, Fence(5, 9))]),
+    ("mixed-binding-version", [ASK, Decision(Verdict.REQUIRE_APPROVAL, Fence(4, 10))]),
     ("raw-string-effect", [Decision("allow", F)]),  # type: ignore[arg-type]
     ("not-a-decision", [ALLOW, {"effect": "allow", "fence": F}]),
     ("none-decision", [ALLOW, None]),
@@ -63,7 +63,7 @@ def test_aggregate_fails_closed_like_check_fences(decisions: list[Any]) -> None:
 
 
 def test_aggregate_first_deny_wins_even_after_allows() -> None:
-    deny = Decision(Effect.DENY, F, "no role grants issues.write")
+    deny = Decision(Verdict.DENY, F, "no role grants issues.write")
     assert aggregate([ALLOW, ASK, deny, ALLOW]) is deny
 
 
@@ -74,12 +74,12 @@ def test_aggregate_malformed_decision_refused_even_next_to_a_deny() -> None:
 
 @pytest.mark.parametrize(
     ("decisions", "effect"),
-    [([ALLOW, ALLOW], Effect.ALLOW), ([ALLOW, ASK], Effect.REQUIRE_APPROVAL), ([ASK], Effect.REQUIRE_APPROVAL)],
+    [([ALLOW, ALLOW], Verdict.ALLOW), ([ALLOW, ASK], Verdict.REQUIRE_APPROVAL), ([ASK], Verdict.REQUIRE_APPROVAL)],
     ids=["all-allow", "one-ask", "only-ask"],
 )
-def test_aggregate_strictest_effect_with_common_fence(decisions: list[Decision], effect: Effect) -> None:
+def test_aggregate_strictest_effect_with_common_fence(decisions: list[Decision], effect: Verdict) -> None:
     result = aggregate(decisions)
-    assert (result.effect, result.fence) == (effect, F)
+    assert (result.verdict, result.fence) == (effect, F)
 
 
 def test_revoke_between_two_permission_checks_is_a_mixed_fence(tmp_path: Path) -> None:
@@ -93,6 +93,6 @@ def test_revoke_between_two_permission_checks_is_a_mixed_fence(tmp_path: Path) -
     first = engine.authorize(alice, "p", "tool.call:t.w")
     engine.revoke_role("p", "alice", "writer2")  # issues.write is still allowed through "writer"
     second = engine.authorize(alice, "p", "issues.write")
-    assert (first.effect, second.effect) == (Effect.ALLOW, Effect.ALLOW)
+    assert (first.verdict, second.verdict) == (Verdict.ALLOW, Verdict.ALLOW)
     with pytest.raises(PolicyUnavailable, match="different fences"):
         check_fences([first, second])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from host.policy import grants as grants_mod
-from host.policy.engine import Effect, FilePolicyEngine, aggregate
+from host.policy.engine import FilePolicyEngine, Verdict, aggregate
 from host.policy.grants import SessionGrants, final_decision
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from tests.support.policy import P
@@ -22,7 +22,7 @@ def verdict(engine: FilePolicyEngine, store: ToolPolicyStore, grants: SessionGra
     """What the gateway computes for alice calling TOOL in ``session``."""
     decision = aggregate([engine.authorize(P("p", "alice"), "p", f"tool.call:{TOOL}")])
     mode = store.resolve("alice", "p", tool=TOOL, service="tracker", effect="write")
-    return final_decision(decision.effect, mode, grants.discharges(ALICE, session, TOOL))
+    return final_decision(decision.verdict, mode, grants.discharges(ALICE, session, TOOL))
 
 
 @pytest.fixture
@@ -106,33 +106,33 @@ def test_clear_grants_of_one_principal() -> None:
 
 
 VERDICTS = {
-    (Effect.DENY, ToolMode.ALLOW): ("deny", "deny"),
-    (Effect.DENY, ToolMode.ASK): ("deny", "deny"),
-    (Effect.DENY, ToolMode.DISABLED): ("deny", "deny"),
-    (Effect.REQUIRE_APPROVAL, ToolMode.ALLOW): ("approval", "allow"),
-    (Effect.REQUIRE_APPROVAL, ToolMode.ASK): ("approval", "allow"),
-    (Effect.REQUIRE_APPROVAL, ToolMode.DISABLED): ("deny", "deny"),
-    (Effect.ALLOW, ToolMode.ALLOW): ("allow", "allow"),
-    (Effect.ALLOW, ToolMode.ASK): ("approval", "allow"),
-    (Effect.ALLOW, ToolMode.DISABLED): ("deny", "deny"),
+    (Verdict.DENY, ToolMode.ALLOW): ("deny", "deny"),
+    (Verdict.DENY, ToolMode.ASK): ("deny", "deny"),
+    (Verdict.DENY, ToolMode.DISABLED): ("deny", "deny"),
+    (Verdict.REQUIRE_APPROVAL, ToolMode.ALLOW): ("approval", "allow"),
+    (Verdict.REQUIRE_APPROVAL, ToolMode.ASK): ("approval", "allow"),
+    (Verdict.REQUIRE_APPROVAL, ToolMode.DISABLED): ("deny", "deny"),
+    (Verdict.ALLOW, ToolMode.ALLOW): ("allow", "allow"),
+    (Verdict.ALLOW, ToolMode.ASK): ("approval", "allow"),
+    (Verdict.ALLOW, ToolMode.DISABLED): ("deny", "deny"),
 }
 
 
 @pytest.mark.parametrize(
     ("effect", "mode", "granted"),
-    list(itertools.product(Effect, ToolMode, [False, True])),
+    list(itertools.product(Verdict, ToolMode, [False, True])),
     ids=lambda v: getattr(v, "value", str(v)),
 )
 def test_final_decision_strictest_wins_and_grant_only_discharges_ask(
-    effect: Effect, mode: ToolMode, granted: bool
+    effect: Verdict, mode: ToolMode, granted: bool
 ) -> None:
     assert final_decision(effect, mode, granted) == VERDICTS[(effect, mode)][int(granted)]
 
 
 @pytest.mark.parametrize(
     "args",
-    [("allow", ToolMode.ALLOW, False), (Effect.ALLOW, "allow", False), (Effect.ALLOW, ToolMode.ASK, 1),
-     (Effect.ALLOW, ToolMode.ASK, "yes"), (None, None, True)],
+    [("allow", ToolMode.ALLOW, False), (Verdict.ALLOW, "allow", False), (Verdict.ALLOW, ToolMode.ASK, 1),
+     (Verdict.ALLOW, ToolMode.ASK, "yes"), (None, None, True)],
     ids=["raw-effect", "raw-mode", "int-granted", "str-granted", "none"],
 )
 def test_final_decision_refuses_loose_types(args: tuple) -> None:

@@ -255,7 +255,7 @@ def test_store_file_over_16_mib_refused(tmp_path: Path) -> None:
     path = tmp_path / "secrets.json"
     with path.open("wb") as handle:
         handle.write(b" " * (16 * 1024 * 1024 + 1))
-    with pytest.raises(SecretsUnavailable, match="exceeds"):
+    with pytest.raises(SecretsUnavailable, match="over the limit of 16777216"):
         SecretsStore(path, make_key())
 
 

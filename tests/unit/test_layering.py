@@ -69,6 +69,29 @@ def test_host_never_imports_sdk() -> None:
     assert _layer_violations(REPO / "host") == []
 
 
+def _private_host_imports(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        package = ".".join(path.relative_to(root.parent).parent.parts)
+        for name in imported_modules(path.read_text(encoding="utf-8"), package):
+            parts = name.split(".")
+            if parts[0] == "host" and any(part.startswith("_") for part in parts[1:]):
+                found.append(f"{path.relative_to(root.parent)}: {name}")
+    return found
+
+
+def test_sdk_uses_only_public_host_modules() -> None:
+    assert list((REPO / "sdk").rglob("*.py")), "nothing scanned"
+    assert _private_host_imports(REPO / "sdk") == []
+
+
+def test_the_private_module_scan_sees_private_host_modules() -> None:
+    source = "from host._files import read_regular\nfrom host.store import _pg\nimport host.files\n"
+    names = imported_modules(source, "sdk")
+    private = sorted(n for n in names if any(p.startswith("_") for p in n.split(".")[1:]))
+    assert private == ["host._files", "host._files.read_regular", "host.store._pg"]
+
+
 def test_the_scan_sees_every_import_form() -> None:
     source = (
         "import sdk\nimport sdk.cli as c\nfrom sdk import build\nfrom sdk.bundle import x\n"

@@ -66,3 +66,27 @@ def test_a_named_file_that_does_not_exist_is_an_error_not_a_fallback(tmp_path: P
             find_host_file(missing, env={}, cwd=tmp_path, state_dir=None)
         else:
             find_host_file(None, env={"STOCKADE_CONFIG": str(missing)}, cwd=tmp_path, state_dir=None)
+
+
+def test_unsafe_allow_unsigned_round_trips_and_must_be_a_bool(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    path.write_text(render_host_file(state_dir="s", lock="l", trusted_keys="k.json", require_signatures=False,
+                                     unsafe_allow_unsigned=True))
+    assert "unsafe_allow_unsigned = true" in path.read_text()
+    assert load_host_file(path).unsafe_allow_unsigned is True
+    plain = tmp_path / "plain.toml"
+    plain.write_text(render_host_file(state_dir="s", lock="l", trusted_keys=None, require_signatures=False))
+    assert "unsafe_allow_unsigned" not in plain.read_text()
+    assert load_host_file(plain).unsafe_allow_unsigned is None
+    bad = tmp_path / "bad.toml"
+    bad.write_text('format = "stockade.host/1"\n[host]\nunsafe_allow_unsigned = "yes"\n')
+    with pytest.raises(ConfigInvalid) as caught:
+        load_host_file(bad)
+    assert caught.value.details["problems"] == [{"loc": "host.unsafe_allow_unsigned", "msg": "must be true or false"}]
+    both = tmp_path / "both.toml"
+    both.write_text('format = "stockade.host/1"\n[host]\nrequire_signatures = true\nunsafe_allow_unsigned = true\n')
+    with pytest.raises(ConfigInvalid) as contradiction:
+        load_host_file(both)
+    assert contradiction.value.details["problems"] == [
+        {"loc": "host.unsafe_allow_unsigned", "msg": "contradicts require_signatures = true"}
+    ]

@@ -11,7 +11,7 @@ import pytest
 from host.errors import PolicyUnavailable
 from host.policy import _files
 from host.policy import engine as engine_mod
-from host.policy.engine import Decision, Effect, Fence, FilePolicyEngine
+from host.policy.engine import Decision, Fence, FilePolicyEngine, Verdict
 from tests.support.policy import P, policy_doc, write_json
 
 ROLES = {
@@ -39,32 +39,32 @@ def policy_path(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("subject", "permission", "effect"),
     [
-        ("alice", "issues.read", Effect.ALLOW),  # allow wins over another role's ask
-        ("alice", "issues.write", Effect.REQUIRE_APPROVAL),
-        ("bob", "issues.read", Effect.REQUIRE_APPROVAL),
-        ("bob", "tool.call:tracker.list", Effect.DENY),
-        ("mallory", "issues.read", Effect.DENY),  # unbound subject
-        ("gus", "issues.read", Effect.DENY),  # "issues.*" is a literal, not a pattern
-        ("gus", "tool.call:tracker.list", Effect.DENY),  # "*" is a literal, not a wildcard
-        ("gus", "*", Effect.ALLOW),
-        ("alice", "ISSUES.READ", Effect.DENY),  # exact, case-sensitive
-        ("alice", "issues.read ", Effect.DENY),
+        ("alice", "issues.read", Verdict.ALLOW),  # allow wins over another role's ask
+        ("alice", "issues.write", Verdict.REQUIRE_APPROVAL),
+        ("bob", "issues.read", Verdict.REQUIRE_APPROVAL),
+        ("bob", "tool.call:tracker.list", Verdict.DENY),
+        ("mallory", "issues.read", Verdict.DENY),  # unbound subject
+        ("gus", "issues.read", Verdict.DENY),  # "issues.*" is a literal, not a pattern
+        ("gus", "tool.call:tracker.list", Verdict.DENY),  # "*" is a literal, not a wildcard
+        ("gus", "*", Verdict.ALLOW),
+        ("alice", "ISSUES.READ", Verdict.DENY),  # exact, case-sensitive
+        ("alice", "issues.read ", Verdict.DENY),
     ],
     ids=[
         "allow-beats-ask", "ask", "ask-only-role", "not-granted", "unbound-subject",
         "star-suffix-is-literal", "star-is-literal", "literal-star", "case-sensitive", "trailing-space",
     ],
 )
-def test_decision_follows_roles_exactly(policy_path: Path, subject: str, permission: str, effect: Effect) -> None:
+def test_decision_follows_roles_exactly(policy_path: Path, subject: str, permission: str, effect: Verdict) -> None:
     decision = FilePolicyEngine(policy_path).authorize(P("p", subject), "p", permission)
-    assert decision.effect is effect
+    assert decision.verdict is effect
     assert decision.fence == Fence(3, 7)
 
 
 def test_principal_of_another_project_denied(policy_path: Path) -> None:
     engine = FilePolicyEngine(policy_path)
-    assert engine.authorize(P("q", "alice"), "p", "issues.read").effect is Effect.DENY
-    assert engine.authorize(P("p", "alice"), "q", "issues.read").effect is Effect.DENY
+    assert engine.authorize(P("q", "alice"), "p", "issues.read").verdict is Verdict.DENY
+    assert engine.authorize(P("p", "alice"), "q", "issues.read").verdict is Verdict.DENY
 
 
 def test_versions_grow_on_each_change_and_not_on_noops(tmp_path: Path) -> None:
@@ -89,10 +89,10 @@ def test_revoke_is_visible_to_the_next_authorize(tmp_path: Path) -> None:
     engine.set_role("r", allow=["x"])
     engine.grant_role("p", "alice", "r")
     other = FilePolicyEngine(path)  # e.g. another process sharing the file
-    assert other.authorize(P("p", "alice"), "p", "x").effect is Effect.ALLOW
+    assert other.authorize(P("p", "alice"), "p", "x").verdict is Verdict.ALLOW
     engine.revoke_role("p", "alice", "r")
     after = other.authorize(P("p", "alice"), "p", "x")
-    assert after.effect is Effect.DENY
+    assert after.verdict is Verdict.DENY
     assert after.fence == Fence(2, 3)
 
 
@@ -101,9 +101,9 @@ def test_external_rewrite_with_same_size_seen_immediately(tmp_path: Path) -> Non
     path = tmp_path / "policy.json"
     write_json(path, policy_doc(roles={"r": {"allow": ["aaaa"]}}, bindings={"p": {"alice": ["r"]}}))
     engine = FilePolicyEngine(path)
-    assert engine.authorize(P("p", "alice"), "p", "aaaa").effect is Effect.ALLOW
+    assert engine.authorize(P("p", "alice"), "p", "aaaa").verdict is Verdict.ALLOW
     write_json(path, policy_doc(roles={"r": {"allow": ["bbbb"]}}, bindings={"p": {"alice": ["r"]}}))
-    assert engine.authorize(P("p", "alice"), "p", "aaaa").effect is Effect.DENY
+    assert engine.authorize(P("p", "alice"), "p", "aaaa").verdict is Verdict.DENY
 
 
 def test_stable_file_is_parsed_once(policy_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,7 +170,7 @@ def test_oversized_policy_file_fails_closed(tmp_path: Path, monkeypatch: pytest.
 
 def test_policy_becoming_corrupt_after_good_reads_fails_closed(policy_path: Path) -> None:
     engine = FilePolicyEngine(policy_path)
-    assert engine.authorize(P("p", "alice"), "p", "issues.read").effect is Effect.ALLOW
+    assert engine.authorize(P("p", "alice"), "p", "issues.read").verdict is Verdict.ALLOW
     policy_path.write_text("{ broken")
     with pytest.raises(PolicyUnavailable):
         engine.authorize(P("p", "alice"), "p", "issues.read")
@@ -209,9 +209,9 @@ def test_edits_are_atomic_and_private(tmp_path: Path) -> None:
 
 
 def test_decision_is_frozen() -> None:
-    decision = Decision(Effect.ALLOW, Fence(1, 1))
+    decision = Decision(Verdict.ALLOW, Fence(1, 1))
     with pytest.raises(AttributeError):
-        decision.effect = Effect.DENY  # type: ignore[misc]
+        decision.verdict = Verdict.DENY  # type: ignore[misc]
 
 
 @pytest.mark.timeout(10)

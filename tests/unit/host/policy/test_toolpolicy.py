@@ -14,6 +14,7 @@ import pytest
 
 from host.canonical import canonical_json
 from host.errors import PolicyUnavailable
+from host.manifest import Effect
 from host.policy.toolpolicy import (
     CAP_FILE,
     ClassSelector,
@@ -106,6 +107,17 @@ def test_selectors_compare_structurally() -> None:
     assert ToolSelector("a") == ToolSelector("a")
     assert ToolSelector("a") != ServiceSelector("a")
     assert len({ToolSelector("a"), ToolSelector("a"), ServiceSelector("a")}) == 2
+
+
+def test_class_selector_from_text_equals_the_enum_one_so_a_rule_cannot_be_missed(store: ToolPolicyStore) -> None:
+    # A selector read from a policy file (text) carries the manifest's Effect enum, and
+    # equals one built from the enum, so a user's "disable writes" rule matches the tool.
+    assert ClassSelector("write") == ClassSelector(Effect.WRITE)
+    assert hash(ClassSelector("write")) == hash(ClassSelector(Effect.WRITE))
+    assert ClassSelector("write").effect_class is Effect.WRITE
+    store.set(A, W, ClassSelector("write"), DISABLED)
+    assert store.resolve(A, W, tool="t.x", service="t", effect=Effect.WRITE) is DISABLED
+    assert store.load(A, W).lookup(tool="t.x", service="t", effect=Effect.WRITE) is DISABLED
 
 
 @pytest.mark.parametrize(

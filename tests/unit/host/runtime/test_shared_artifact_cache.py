@@ -113,3 +113,27 @@ def test_readable_shared_key_replaced_so_forged_artifacts_are_recompiled(tmp_pat
     key.chmod(mode)
     assert _load(tmp_path / "s2", shared, ECHO) == (1, 0)
     assert key.read_bytes() != old and stat.S_IMODE(key.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs")
+def test_fifo_planted_as_the_artifact_key_is_replaced_instead_of_hanging_the_host(tmp_path: Path) -> None:
+    # A FIFO with no writer used to block os.open for ever: the host never started.
+    shared = tmp_path / "artifacts"
+    shared.mkdir(mode=0o700)
+    os.mkfifo(shared / "artifact.key", 0o600)
+    assert _load(tmp_path / "s1", shared, ECHO) == (1, 0)
+    key = shared / "artifact.key"
+    assert stat.S_ISREG(key.lstat().st_mode) and len(key.read_bytes()) == 32
+
+
+def test_symlinked_artifact_key_is_replaced_not_followed(tmp_path: Path) -> None:
+    shared = tmp_path / "artifacts"
+    shared.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere.key"
+    elsewhere.write_bytes(b"k" * 32)
+    elsewhere.chmod(0o600)
+    (shared / "artifact.key").symlink_to(elsewhere)
+    assert _load(tmp_path / "s1", shared, ECHO) == (1, 0)
+    assert not (shared / "artifact.key").is_symlink()
+    assert (shared / "artifact.key").read_bytes() != b"k" * 32
+    assert elsewhere.read_bytes() == b"k" * 32
