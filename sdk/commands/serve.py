@@ -51,6 +51,7 @@ from sdk.commands._common import (
     open_store_spec,
     signatures_waived,
     state_dir,
+    user_input,
 )
 
 
@@ -142,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if verifier is not None:
         principal = None  # each request's principal comes from its bearer token, never a default
     if args.transport == "http":
-        check_bind(args.host, authenticated=verifier is not None)
+        with user_input("pass --tokens FILE, or bind to 127.0.0.1 (--host 127.0.0.1)"):
+            check_bind(args.host, authenticated=verifier is not None)
     root = state_dir(args)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec = getattr(args, "store", None) or "local"
