@@ -1,7 +1,15 @@
-// bytesize: a tool built on a third-party npm package (pretty-bytes, pure JavaScript).
-// `stockade build` installs it from package-lock.json (npm ci --ignore-scripts) and
-// bundles it with esbuild into the one module componentize-js builds.
+// bytesize: tools built on two third-party npm packages, both pure JavaScript:
+// pretty-bytes (an ES module) and bytes (CommonJS). `stockade build` installs them from
+// package-lock.json (npm ci --ignore-scripts) and bundles them with esbuild into the one
+// module componentize-js builds.
+import bytes from "bytes";
 import prettyBytes from "pretty-bytes";
-import { tool } from "stockade";
+import { ToolInputError, tool } from "stockade";
 
 tool("bytesize.size", (input) => ({ text: prettyBytes(input.bytes) }));
+
+tool("bytesize.parse", (input) => {
+  const value = bytes.parse(input.text);
+  if (value === null || value < 0) throw new ToolInputError(`not a size: ${input.text}`);
+  return { bytes: value };
+});

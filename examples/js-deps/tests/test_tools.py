@@ -1,4 +1,5 @@
-"""The npm dependency is bundled into the component and works inside the sandbox."""
+"""The npm dependencies (an ES module and a CommonJS one) are bundled into the component
+and work inside the sandbox."""
 
 from pathlib import Path
 
@@ -23,3 +24,12 @@ def test_size_uses_pretty_bytes_inside_the_sandbox(h):
 
 def test_zero(h):
     assert h.call("bytesize.size", {"bytes": 0}).output == {"text": "0 B"}
+
+
+def test_parse_uses_the_commonjs_package_inside_the_sandbox(h):
+    assert h.call("bytesize.parse", {"text": "1.5MB"}).output == {"bytes": 1_572_864}
+
+
+def test_parse_refuses_what_is_not_a_size(h):
+    result = h.call("bytesize.parse", {"text": "lots"})
+    assert not result.ok and result.error.code == "INPUT_INVALID"

@@ -242,11 +242,11 @@ def test_package_json_without_dependencies_is_not_bundled(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_example_with_an_npm_dependency_builds_and_passes_its_tests_through_host(tmp_path: Path) -> None:
-    # examples/js-deps bundles pretty-bytes (from the npm registry) with esbuild; its tests
-    # call it through the harness's real Host.
+    # examples/js-deps bundles pretty-bytes (an ES module) and bytes (CommonJS) from the npm
+    # registry with esbuild; its tests call both through the harness's real Host.
     proc = run_cli("test", str(EXAMPLE), cwd=tmp_path, env=cli_env(**CACHE_ENV), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 passed" in proc.stdout
+    assert "4 passed" in proc.stdout
 
 
 @pytest.mark.slow
