@@ -193,6 +193,14 @@ def test_install_script_declared_only_in_the_installed_package_is_refused(tmp_pa
         refuse_native(tmp_path / "node_modules")
 
 
+def test_native_addon_of_a_nested_scoped_dependency_names_that_package(tmp_path: Path) -> None:
+    addon = tmp_path / "node_modules" / "outer" / "node_modules" / "@scope" / "inner" / "build" / "x.node"
+    addon.parent.mkdir(parents=True)
+    addon.write_bytes(b"\x7fELF")
+    with pytest.raises(DependencyRefused, match=r"dependency @scope/inner holds a Node\.js native addon"):
+        refuse_native(tmp_path / "node_modules")
+
+
 def test_dependencies_without_a_lock_refused(tmp_path: Path) -> None:
     project = _project(tmp_path / "p", {"pretty-bytes": "7.2.0"}, lock=False)
     with pytest.raises(
