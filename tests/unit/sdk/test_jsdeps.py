@@ -240,6 +240,21 @@ def test_lock_checks(lock: dict[str, object], error: type[Exception] | None, mes
         check_lock(json.dumps(lock).encode())
 
 
+def test_symlinked_package_json_refused(tmp_path: Path) -> None:
+    # A symlink could make the build read (and hash into its key) a file outside the project.
+    (tmp_path / "elsewhere.json").write_text('{"dependencies": {}}')
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "package.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(DependencyError, match=r"package\.json must be a regular file"):
+        package_files(tmp_path / "project")
+
+
+def test_package_json_that_is_not_json_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "package.json").write_text("{ not json")
+    with pytest.raises(DependencyError, match=r"package\.json is not valid JSON"):
+        needs_bundling(package_files(tmp_path))
+
+
 def test_package_json_without_dependencies_is_not_bundled(tmp_path: Path) -> None:
     (tmp_path / "package.json").write_text(json.dumps({"type": "module", "devDependencies": {"x": "1.0.0"}}))
     assert needs_bundling(package_files(tmp_path)) is False
