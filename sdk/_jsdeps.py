@@ -21,7 +21,7 @@ build
    ``net``) does not bundle, and the error names it: a component has no Node.js.
 
 ``devDependencies`` are neither installed nor bundled. Refusals raise
-:class:`~sdk._pydeps.DependencyRefused` (``DEPENDENCY_REFUSED``); npm failures raise
+:class:`~sdk._pydeps.DependencyRefused` (``BUILD_DEPENDENCY_REFUSED``); npm failures raise
 :class:`~sdk._pydeps.DependencyError` with npm's output tail.
 
 Example::

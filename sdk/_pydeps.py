@@ -42,7 +42,7 @@ class DependencyError(RuntimeError):
 class DependencyRefused(DependencyError):
     """A dependency cannot run inside a component: it holds native code (a Python
     extension, a Node.js addon) or needs an install script. The build reports it as
-    ``DEPENDENCY_REFUSED``; the message names the package and what to do."""
+    ``BUILD_DEPENDENCY_REFUSED``; the message names the package and what to do."""
 
 
 def check_dependencies(value: Any) -> list[str]:

@@ -23,7 +23,7 @@ import pytest
 
 from sdk._jsdeps import check_lock, install_js_dependencies, needs_bundling, package_files, refuse_native
 from sdk._pydeps import DependencyError, DependencyRefused
-from sdk.build import BuildError, DependencyRefusedError, build_project
+from sdk.build import BuildError, build_project
 from tests.support.cli import REPO, cli_env, run_cli
 from tests.support.servers import LoopbackServer, respond
 
@@ -115,9 +115,9 @@ def test_dependency_with_install_script_refused_from_the_lock_before_any_downloa
     assert json.loads((project / "package-lock.json").read_text())["packages"]["node_modules/gyp-addon"][
         "hasInstallScript"
     ]
-    with pytest.raises(DependencyRefusedError, match=r"gyp-addon@1\.0\.0 needs an install script") as caught:
+    with pytest.raises(BuildError, match=r"gyp-addon@1\.0\.0 needs an install script") as caught:
         build_project(project, out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
-    assert caught.value.code == "DEPENDENCY_REFUSED"
+    assert caught.value.code == "BUILD_DEPENDENCY_REFUSED"
     assert len(server.requests) == fetched and not marker.exists()
     assert not (tmp_path / "out").exists()
 
@@ -130,10 +130,11 @@ def test_cli_reports_a_refused_dependency_with_its_code(
     proc = run_cli("build", str(project), cwd=tmp_path, env=cli_env(**CACHE_ENV))
     assert proc.returncode == 1
     assert (
-        "error: DEPENDENCY_REFUSED: package-lock.json: gyp-addon@1.0.0 needs an install script" in proc.stderr
+        "error: BUILD_DEPENDENCY_REFUSED: package-lock.json: gyp-addon@1.0.0 needs an install script"
+        in proc.stderr
     )
     as_json = run_cli("build", str(project), "--json", cwd=tmp_path, env=cli_env(**CACHE_ENV))
-    assert json.loads(as_json.stdout)["error"]["code"] == "DEPENDENCY_REFUSED"
+    assert json.loads(as_json.stdout)["error"]["code"] == "BUILD_DEPENDENCY_REFUSED"
 
 
 def _stage(project: Path, stage: Path) -> Path:
@@ -203,9 +204,7 @@ def test_native_addon_of_a_nested_scoped_dependency_names_that_package(tmp_path:
 
 def test_dependencies_without_a_lock_refused(tmp_path: Path) -> None:
     project = _project(tmp_path / "p", {"pretty-bytes": "7.2.0"}, lock=False)
-    with pytest.raises(
-        DependencyRefusedError, match=r"lists dependencies but there is no package-lock\.json"
-    ):
+    with pytest.raises(BuildError, match=r"lists dependencies but there is no package-lock\.json"):
         build_project(project, out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
 
 
