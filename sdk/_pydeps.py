@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["DependencyError", "check_dependencies", "install_dependencies"]
+__all__ = ["DependencyError", "DependencyRefused", "check_dependencies", "install_dependencies"]
 
 _PIN: Final = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)"
@@ -37,6 +37,12 @@ INSTALL_TIMEOUT_S: Final = 600  # s, one pip install
 
 class DependencyError(RuntimeError):
     """A dependency is not pinned, cannot be installed, or is not pure Python."""
+
+
+class DependencyRefused(DependencyError):
+    """A dependency cannot run inside a component: it holds native code (a Python
+    extension, a Node.js addon) or needs an install script. The build reports it as
+    ``BUILD_DEPENDENCY_REFUSED``; the message names the package and what to do."""
 
 
 def check_dependencies(value: Any) -> list[str]:
@@ -90,7 +96,7 @@ def _refuse_native(target: Path) -> None:
     for path in sorted(target.rglob("*")):
         if path.suffix in _NATIVE or ".so." in path.name:
             owner = path.relative_to(target).parts[0]
-            raise DependencyError(
+            raise DependencyRefused(
                 f"dependency {owner} holds a native extension ({path.relative_to(target).as_posix()}); "
                 "a plugin can only bundle pure-Python packages (componentize-py runs Python inside the "
                 "component): choose a pure-Python alternative"
@@ -98,7 +104,7 @@ def _refuse_native(target: Path) -> None:
     for wheel in sorted(target.glob("*.dist-info/WHEEL")):
         text = wheel.read_text("utf-8", errors="replace")
         if "Root-Is-Purelib: false" in text:
-            raise DependencyError(
+            raise DependencyRefused(
                 f"dependency {wheel.parent.name.split('-')[0]} is not a pure-Python wheel "
                 "(Root-Is-Purelib: false); a plugin can only bundle pure-Python packages"
             )

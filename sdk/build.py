@@ -5,18 +5,21 @@ Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in millisec
 1. Read ``stockade.toml`` (:mod:`sdk.project`) and produce the manifest with a placeholder
    digest of 64 zeros; validate it with ``PackageManifest.from_json``: anything the
    manifest models refuse is refused here (:class:`~host.errors.ManifestInvalid`).
-2. Stage a copy of the sources (``*.py`` for Python; ``*.js``/``*.mjs`` for JavaScript;
-   hidden directories, ``dist``, ``build``, ``node_modules`` and ``__pycache__`` skipped),
-   the guest SDK and a generated entry module that imports the author's module (which
-   registers the handlers), checks the handlers equal the manifest's tools and exposes the
-   world's ``call``.
+2. Stage a copy of the sources (``*.py`` for Python; ``*.js``/``*.mjs``, ``package.json``
+   and ``package-lock.json`` for JavaScript; hidden directories, ``dist``, ``build``,
+   ``node_modules`` and ``__pycache__`` skipped), the guest SDK and a generated entry
+   module that imports the author's module (which registers the handlers), checks the
+   handlers equal the manifest's tools and exposes the world's ``call``. Dependencies
+   that cannot go into a component are refused (``BUILD_DEPENDENCY_REFUSED``).
 3. Look up the build cache, keyed by a digest of everything the module depends on: the
    staged sources, the entry source, the tool names, the guest SDK, this file, the WIT and
    the toolchain versions (componentize-py; componentize-js and node). A hit whose module
    still has its recorded digest is copied (``cached=True``).
 4. Otherwise build: ``componentize-py -d <wit> -w tool componentize _stockade_entry -p
    <stage> -o module.wasm`` or ``node sdk/js/build.mjs`` (componentize-js with wasi:http
-   and the fetch event disabled, so no wasi:http import appears).
+   and the fetch event disabled, so no wasi:http import appears). Dependencies are
+   installed first: pip for Python (:mod:`sdk._pydeps`); for JavaScript ``npm ci
+   --ignore-scripts`` and one esbuild bundle (:mod:`sdk._jsdeps`).
 5. Fill in ``module.sha256``, validate again, and write
    ``<out>/<name>-<version>/{manifest.json,module.wasm}`` (manifest as canonical JSON),
    replacing an older bundle of the same version in one rename -- unless a
@@ -51,7 +54,8 @@ from host.canonical import canonical_json
 from host.files import replace_dir
 from host.manifest import PackageManifest
 from sdk._cachedir import builds_dir
-from sdk._pydeps import DependencyError, install_dependencies
+from sdk._jsdeps import install_js_dependencies, needs_bundling, package_files
+from sdk._pydeps import DependencyError, DependencyRefused, install_dependencies
 from sdk.project import Project, load_project, validate_project
 from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
@@ -117,7 +121,8 @@ class BundleLocked(RuntimeError):
 BUILD_ERROR_CODES: Final = (
     "BUILD_PROJECT_INVALID",  # the project cannot be built as it is (too big, a file shadows the SDK)
     "BUILD_TOOL_MISSING",  # node, componentize-py or the JavaScript toolchain is missing
-    "BUILD_DEPENDENCY_FAILED",  # a [package] dependency is not pinned, installable or pure Python
+    "BUILD_DEPENDENCY_FAILED",  # a dependency is not pinned or cannot be installed (pip, npm ci failed)
+    "BUILD_DEPENDENCY_REFUSED",  # a dependency holds native code or needs an install script (issue 12)
     "BUILD_TOOL_FAILED",  # componentize-py/-js failed, timed out or wrote nothing
     "BUILD_WRITE_FAILED",  # the bundle could not be written
 )
@@ -337,9 +342,32 @@ def _stage(project: Project, stage: Path, *, exclude: Path) -> dict[str, bytes]:
                 code="BUILD_PROJECT_INVALID",
             )
     files = _copy_sources(project.root, stage, _SUFFIXES["javascript"], exclude)
+    files.update(_stage_package_files(project.root, stage))
     for name in ("stockade.js", "build.mjs"):  # staged by build.mjs itself; hashed here
         files[f"(sdk)/{name}"] = (JS_DIR / name).read_bytes()
     return files
+
+
+@contextlib.contextmanager
+def _dependency_errors() -> Iterator[None]:
+    """Report dependency problems as build errors (a refusal as ``BUILD_DEPENDENCY_REFUSED``)."""
+    try:
+        yield
+    except DependencyRefused as exc:
+        raise BuildError(str(exc), code="BUILD_DEPENDENCY_REFUSED") from exc
+    except DependencyError as exc:
+        raise BuildError(str(exc), code="BUILD_DEPENDENCY_FAILED") from exc
+
+
+def _stage_package_files(root: Path, stage: Path) -> dict[str, bytes]:
+    """Stage a JavaScript project's ``package.json`` and lock (part of the cache key);
+    a lock that would be refused is refused here, before the toolchain is looked at."""
+    with _dependency_errors():
+        found = package_files(root)
+        needs_bundling(found)
+    for name, data in found.items():
+        (stage / name).write_bytes(data)
+    return found
 
 
 # --- cache ------------------------------------------------------------------------------
@@ -555,6 +583,10 @@ def run_componentize_py(
 def _run_componentize_js(
     project: Project, stage: Path, out: Path, target: _Target, report: ProgressCallback
 ) -> None:
+    with _dependency_errors():
+        bundle = needs_bundling(package_files(stage))
+        if bundle:
+            install_js_dependencies(stage, report)
     config = {
         "stageDir": str(stage),
         "source": project.source,
@@ -562,6 +594,7 @@ def _run_componentize_js(
         "witPath": str(target.wit_path),
         "worldName": target.world,
         "outPath": str(out),
+        "bundle": bundle,
     }
     config_path = stage.parent / "build-config.json"
     config_path.write_text(json.dumps(config), "utf-8")
@@ -593,10 +626,8 @@ def _componentize(
 ) -> None:
     if project.language == "python":
         deps = stage.parent / "deps"
-        try:
+        with _dependency_errors():
             install_dependencies(list(project.dependencies), deps, report)
-        except DependencyError as exc:
-            raise BuildError(str(exc), code="BUILD_DEPENDENCY_FAILED") from exc
         paths = [deps] if project.dependencies else []
         run_componentize_py(
             stage, out, wit_path=target.wit_path, world=target.world, report=report, extra_paths=paths

@@ -1,7 +1,8 @@
 """The JavaScript build toolchain, installed per user (issue 12 item 1).
 
 JavaScript plugins are built with componentize-js, which runs on Node.js and comes from
-npm. Its exact versions are pinned by ``sdk/toolchain/package.json`` and
+npm; esbuild (its platform binary an optional dependency in the lock) bundles a plugin's
+npm dependencies (:mod:`sdk._jsdeps`). Its exact versions are pinned by ``sdk/toolchain/package.json`` and
 ``package-lock.json`` (shipped in the wheel, identical to the repository's), and the
 toolchain is installed with ``npm ci --ignore-scripts`` into
 

@@ -6,10 +6,24 @@ Stable entry points (DESIGN §11): :class:`EgressPolicy` (``from_allow``, ``chec
 
 from __future__ import annotations
 
+import importlib as _importlib
+import typing as _typing
+
 from host.egress.addresses import is_public_address
 from host.egress.policy import EgressPolicy, EgressTarget, Resolver, system_resolver
-from host.egress.session import EgressSession, EgressUsage, RequestRecord
 from host.egress.urls import DenyReason
+
+if _typing.TYPE_CHECKING:
+    from host.egress.session import EgressSession, EgressUsage, RequestRecord
+
+# The session (and httpx under it) is imported on first use (PEP 562): importing
+# host.egress.urls, as host.manifest does, must not cost httpx's import time, which every
+# command reading a manifest (``inspect``, ``lock verify``) would pay (issue 12).
+_LAZY: dict[str, str] = {
+    "EgressSession": "host.egress.session",
+    "EgressUsage": "host.egress.session",
+    "RequestRecord": "host.egress.session",
+}
 
 __all__ = [
     "DenyReason",
@@ -22,3 +36,17 @@ __all__ = [
     "is_public_address",
     "system_resolver",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import a session name from its module on first access (see ``_LAZY``)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'host.egress' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,6 +7,12 @@ of the sources in the per-user cache (``$STOCKADE_CACHE_DIR`` or ``~/.cache/stoc
 The first JavaScript build installs the pinned JavaScript toolchain there (about 10 s
 from npm's cache; ``stockade toolchain install`` does it ahead of time).
 
+Dependencies: Python pins under ``[package] dependencies`` are installed with pip
+(wheels only); a JavaScript project's ``package.json`` dependencies are installed from its
+``package-lock.json`` with ``npm ci --ignore-scripts`` and bundled with esbuild. A
+package with a native extension or addon, or an install script, is refused with
+BUILD_DEPENDENCY_REFUSED (see README, "Dependencies").
+
 A bundle that ``stockade.lock`` (in DIR or the working directory) pins with other
 digests is never overwritten: the build stops with BUNDLE_LOCKED, naming the lock, the
 package and both digests. Bump the version, or ``stockade lock remove`` it first.

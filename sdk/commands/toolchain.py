@@ -1,8 +1,8 @@
 """``stockade toolchain install|status``: the JavaScript build toolchain.
 
-JavaScript plugins are built with componentize-js (Node.js >= 20 and npm required). Its
-versions are pinned by the lock file shipped with Stockade; ``install`` runs
-``npm ci --ignore-scripts`` into the per-user cache
+JavaScript plugins are built with componentize-js, their npm dependencies bundled with
+esbuild (Node.js >= 20 and npm required). Their versions are pinned by the lock file
+shipped with Stockade; ``install`` runs ``npm ci --ignore-scripts`` into the per-user cache
 (``$STOCKADE_CACHE_DIR`` or ``~/.cache/stockade``, under ``toolchain/``), and the first
 JavaScript build does the same by itself. ``status`` says what is installed where.
 ``$STOCKADE_JS_TOOLCHAIN`` may name another directory holding the pinned ``node_modules``.
@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
     """Add the ``toolchain`` subcommand."""
     parser = sub.add_parser(
         "toolchain",
-        help="install or check the JavaScript build toolchain (componentize-js)",
+        help="install or check the JavaScript build toolchain (componentize-js, esbuild)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,14 +2,18 @@
 //
 // Called by sdk/build.py as `node build.mjs <config.json>`, with the config
 //   { "stageDir": ..., "source": "app.js", "tools": ["echo"], "witPath": ...,
-//     "worldName": "tool", "outPath": ... }
+//     "worldName": "tool", "outPath": ..., "bundle": false }
 // stageDir holds a copy of the author's sources (this script may rewrite it). Steps:
 //   1. copy the SDK (stockade.js beside this script) to stageDir/_stockade/stockade.js;
 //   2. rewrite every `import ... from "stockade"` in the staged sources to that copy
 //      (es-module-lexer gives the exact specifier positions);
 //   3. write the entry module: import the author's source (which registers handlers),
 //      check the handlers equal the manifest's tools, re-export `call`;
-//   4. componentize with wasi:http and the fetch event disabled, so the component never
+//   4. with "bundle" (package.json lists dependencies, installed by sdk/build.py into
+//      stageDir/node_modules): bundle the entry, the SDK and the packages into one ES
+//      module with esbuild (platform neutral: no Node.js built-ins; the component's
+//      `wasi:` and `stockade:` imports stay external);
+//   5. componentize with wasi:http and the fetch event disabled, so the component never
 //      imports wasi:http (NOTES: componentize-js).
 // Exit status 0 on success; otherwise the error is on stderr and the status is 1.
 
@@ -22,13 +26,16 @@ import { fileURLToPath } from "node:url";
 
 const SDK_DIR = "_stockade";
 const ENTRY = "_stockade_entry.js";
+const BUNDLE = "_stockade_bundle.js";
+// Imports the component resolves (its WIT imports), never files to bundle.
+const COMPONENT_IMPORTS = ["wasi:*", "stockade:*"];
 const here = dirname(fileURLToPath(import.meta.url));
 
 async function* jsFiles(dir) {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) {
-      if (entry.name !== SDK_DIR) yield* jsFiles(path);
+      if (entry.name !== SDK_DIR && entry.name !== "node_modules") yield* jsFiles(path);
     } else if (/\.m?js$/.test(entry.name)) {
       yield path;
     }
@@ -61,6 +68,36 @@ async function rewriteImports(stageDir, sdkPath) {
   }
 }
 
+// One ES module holding the entry, the SDK and the npm dependencies (sdk/_jsdeps.py).
+async function bundle(stageDir, entry) {
+  const esbuild = await import("esbuild"); // pinned in the toolchain; loaded only when bundling
+  const outfile = join(stageDir, BUNDLE);
+  try {
+    await esbuild.build({
+      entryPoints: [entry],
+      absWorkingDir: stageDir,
+      bundle: true,
+      outfile,
+      format: "esm",
+      platform: "neutral",
+      mainFields: ["module", "main"],
+      external: COMPONENT_IMPORTS,
+      logLevel: "silent",
+    });
+  } catch (err) {
+    const problems = (err.errors || []).map((e) => {
+      const where = e.location ? `${e.location.file}:${e.location.line}: ` : "";
+      const notes = (e.notes || []).map((n) => ` (${n.text})`).join("");
+      return `  ${where}${e.text}${notes}`;
+    });
+    throw new Error(
+      "esbuild could not bundle the plugin with its npm dependencies (a component has no Node.js " +
+        `built-ins such as fs or net):\n${problems.length ? problems.join("\n") : err.message}`,
+    );
+  }
+  return outfile;
+}
+
 async function main() {
   const config = JSON.parse(await readFile(process.argv[2], "utf8"));
   const sdkPath = join(config.stageDir, SDK_DIR, "stockade.js");
@@ -77,10 +114,13 @@ async function main() {
     "",
   ].join("\n");
   await writeFile(join(config.stageDir, ENTRY), entry);
+  const sourcePath = config.bundle
+    ? await bundle(config.stageDir, join(config.stageDir, ENTRY))
+    : join(config.stageDir, ENTRY);
   // componentize-js maps the working directory into the engine's view of the sources.
   chdir(config.stageDir);
   const { component } = await componentize({
-    sourcePath: join(config.stageDir, ENTRY),
+    sourcePath,
     witPath: config.witPath,
     worldName: config.worldName,
     disableFeatures: ["http", "fetch-event"],

@@ -58,8 +58,8 @@ def test_build_error_reports_its_own_code_and_output_tail(capsys: pytest.Capture
 
 def test_error_codes_are_pinned() -> None:
     assert BUILD_ERROR_CODES == (
-        "BUILD_PROJECT_INVALID", "BUILD_TOOL_MISSING", "BUILD_DEPENDENCY_FAILED", "BUILD_TOOL_FAILED",
-        "BUILD_WRITE_FAILED",
+        "BUILD_PROJECT_INVALID", "BUILD_TOOL_MISSING", "BUILD_DEPENDENCY_FAILED", "BUILD_DEPENDENCY_REFUSED",
+        "BUILD_TOOL_FAILED", "BUILD_WRITE_FAILED",
     )
     assert SCAFFOLD_ERROR_CODES == ("NAME_INVALID", "TEMPLATE_UNKNOWN", "DIR_NOT_EMPTY")
     with pytest.raises(ValueError, match="unknown build error code"):

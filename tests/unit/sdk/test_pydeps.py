@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from host.errors import ManifestInvalid
-from sdk._pydeps import DependencyError, check_dependencies, install_dependencies
+from sdk._pydeps import DependencyError, DependencyRefused, check_dependencies, install_dependencies
 from sdk.project import load_project
 from tests.support.cli import REPO, cli_env, run_cli
 
@@ -69,7 +69,7 @@ def test_pure_python_wheel_installed_for_bundling(local_index: Path, tmp_path: P
 
 def test_native_extension_refused_with_a_clear_message(local_index: Path, tmp_path: Path) -> None:
     _wheel(local_index, "fastpkg", native=True)
-    with pytest.raises(DependencyError, match=r"dependency fastpkg holds a native extension .*pure-Python"):
+    with pytest.raises(DependencyRefused, match=r"dependency fastpkg holds a native extension .*pure-Python"):
         install_dependencies(["fastpkg==1.0"], tmp_path / "deps", _noop)
 
 

@@ -30,6 +30,17 @@ def test_shipped_pins_are_the_repository_package_json_and_lock() -> None:
     assert toolchain.pinned_packages()["@bytecodealliance/componentize-js"] == "0.23.0"
 
 
+def test_esbuild_pinned_exactly_with_its_platform_binary_in_the_lock() -> None:
+    # JavaScript plugins' npm dependencies are bundled with esbuild (sdk/_jsdeps.py); its
+    # native binary is an optional dependency that `npm ci` installs only if the lock has it.
+    assert json.loads((REPO / "package.json").read_text())["dependencies"]["esbuild"] == "0.28.2"
+    packages = json.loads((REPO / "package-lock.json").read_text())["packages"]
+    assert packages["node_modules/esbuild"]["version"] == "0.28.2"
+    binary = packages["node_modules/@esbuild/linux-x64"]
+    assert binary["version"] == "0.28.2" and binary["integrity"].startswith("sha512-")
+    assert binary["optional"] is True and binary["os"] == ["linux"] and binary["cpu"] == ["x64"]
+
+
 def test_default_toolchain_dir_is_in_the_per_user_cache_keyed_by_the_pins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
