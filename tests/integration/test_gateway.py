@@ -20,6 +20,7 @@ import host.plan as plan_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
 from host.canonical import digest_json
+from host.egress.session import EgressSession
 from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied
 from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Fence, Verdict
@@ -447,6 +448,39 @@ def test_staged_secret_is_scrubbed_from_output_and_audit(tmp_path: Path) -> None
     assert result.ok, result.error
     assert result.output == {"message": "token=[REDACTED]"}
     assert secret not in fx.audit_path.read_text()
+
+
+def test_egress_session_closed_once_each_call_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call's egress session (pooled connections) is closed after its outcome record is
+    written, on success and on failure alike (a context-managed session, issue 16)."""
+    secret = "s3cr3t-value-4242"
+    store = SecretsStore(tmp_path / "secrets.json", make_key())
+    store.set("p", "alice", "echo_token", secret)
+    events: list[str] = []
+    original_close = EgressSession.close
+    original_append = AuditLog.append
+
+    def close(self: EgressSession) -> None:
+        events.append("close")
+        original_close(self)
+
+    def append(self: AuditLog, kind: str, payload: Any, **kwargs: Any) -> str:
+        events.append(kind)
+        return original_append(self, kind, payload, **kwargs)
+
+    monkeypatch.setattr(EgressSession, "close", close)
+    monkeypatch.setattr(AuditLog, "append", append)
+    fx = make_host(tmp_path, manifest_overrides={"http": CREDENTIALED_HTTP}, secrets=store,
+                   tools=[echo_tool(), echo_tool(name="echo.bad", output_schema=None)],
+                   allow=("tool.call:echo.say", "tool.call:echo.bad", "echo.use"))
+    with fx.host:
+        events.clear()
+        assert fx.host.call(fx.request()).ok
+        assert events == ["call.outcome", "close"]
+        events.clear()
+        failed = fx.host.call(fx.request(tool="echo.bad"))
+        assert failed.error is not None and failed.error.code == "OUTPUT_INVALID"
+        assert events == ["call.outcome", "close"]
 
 
 def test_output_outside_schema_is_refused(tmp_path: Path) -> None:
