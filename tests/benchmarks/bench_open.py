@@ -126,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         rss = json.loads(out.strip().splitlines()[-1])
         cold = None
         if args.cold:
-            cpu, start = time.process_time(), time.perf_counter()
+            used, start = time.process_time(), time.perf_counter()
             open_host(root, lock, root / "cold-artifacts", "cold").close()
-            cold = (time.perf_counter() - start, time.process_time() - cpu)
+            cold = (time.perf_counter() - start, time.process_time() - used)
     _print(warm, cpu, rss, cold)
     return 0
 
