@@ -355,7 +355,9 @@ def _atomic_write(directory: Path, name: str, data: bytes) -> None:
 
 
 _RAW_DESERIALIZE: Final = (
-    hasattr(ffi, "wasmtime_component_deserialize") and hasattr(wc.Component, "_from_ptr")
+    hasattr(ffi, "wasmtime_component_deserialize")
+    and hasattr(wc.Component, "_from_ptr")
+    and hasattr(wasmtime.WasmtimeError, "_from_ptr")
 )
 """Whether wasmtime-py's private names used by :func:`_deserialize_at` exist (issue 16:
 private names are guarded, with the public path as the fallback)."""
