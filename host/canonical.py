@@ -52,6 +52,7 @@ import hashlib
 import json
 import math
 import re
+import threading
 from collections.abc import Iterable
 from typing import Any, Final, TypeAlias, cast
 
@@ -269,7 +270,7 @@ def canonical_json(value: object) -> bytes:
         # ECMAScript's (short escapes for \b \t \n \f \r, lower-case \u00xx for other
         # controls, nothing else escaped with ensure_ascii=False); lone surrogates were
         # refused above. tests/unit/host/test_canonical.py checks this against rfc8785.
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return _ENCODER.encode(value).encode("utf-8")
     try:
         # rfc8785 types its input as a recursive alias; the walk above has checked it.
         return rfc8785.dumps(cast(Any, value))
@@ -377,12 +378,9 @@ def parse_json(
     """
     text = _decode(data, max_bytes)
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_object_pairs,
-            parse_int=_parse_int,
-            parse_constant=_parse_constant,
-        )
+        if text.startswith("\ufeff"):  # as json.loads does; _decoder() is json.loads without it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _decoder().decode(text)
     except json.JSONDecodeError as exc:
         raise InputInvalid(
             f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
@@ -394,3 +392,22 @@ def parse_json(
         ) from None
     _check_value(value, max_depth=max_depth)
     return value
+
+
+_ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+builds on every call, built once (its ``encode`` keeps no state between calls)."""
+
+
+_DECODERS = threading.local()
+
+
+def _decoder() -> json.JSONDecoder:
+    """What ``json.loads`` with the strict hooks builds on every call, built once per
+    thread (its scanner keeps a key memo between the hooks' calls; threads do not share it)."""
+    decoder: json.JSONDecoder | None = getattr(_DECODERS, "decoder", None)
+    if decoder is None:
+        decoder = _DECODERS.decoder = json.JSONDecoder(
+            object_pairs_hook=_object_pairs, parse_int=_parse_int, parse_constant=_parse_constant
+        )
+    return decoder

@@ -20,6 +20,7 @@ import host.plan as plan_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
 from host.canonical import digest_json
+from host.egress.session import EgressSession
 from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied
 from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Fence, Verdict
@@ -29,6 +30,7 @@ from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_l
 from tests.support.hosts import ALICE, HostFixture, echo_manifest, echo_tool, make_host
 from tests.support.secrets import make_key
 from tests.support.wat import counter_component, echo_component, loop_component
+from tests.support.wat import guest as wat_guest
 
 WRITE_TOOL = echo_tool(name="echo.write", effect="write", risk="medium", permissions=["echo.write"])
 WRITE_PERMS = ("tool.call:echo.write", "echo.write")
@@ -447,6 +449,70 @@ def test_staged_secret_is_scrubbed_from_output_and_audit(tmp_path: Path) -> None
     assert result.ok, result.error
     assert result.output == {"message": "token=[REDACTED]"}
     assert secret not in fx.audit_path.read_text()
+
+
+def test_egress_session_closed_once_each_call_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call's egress session (pooled connections) is closed after its outcome record is
+    written, on success and on failure alike (a context-managed session, issue 16)."""
+    secret = "s3cr3t-value-4242"
+    store = SecretsStore(tmp_path / "secrets.json", make_key())
+    store.set("p", "alice", "echo_token", secret)
+    events: list[str] = []
+    original_close = EgressSession.close
+    original_append = AuditLog.append
+
+    def close(self: EgressSession) -> None:
+        events.append("close")
+        original_close(self)
+
+    def append(self: AuditLog, kind: str, payload: Any, **kwargs: Any) -> str:
+        events.append(kind)
+        return original_append(self, kind, payload, **kwargs)
+
+    monkeypatch.setattr(EgressSession, "close", close)
+    monkeypatch.setattr(AuditLog, "append", append)
+    fx = make_host(tmp_path, manifest_overrides={"http": CREDENTIALED_HTTP}, secrets=store,
+                   tools=[echo_tool(), echo_tool(name="echo.bad", output_schema=None)],
+                   allow=("tool.call:echo.say", "tool.call:echo.bad", "echo.use"))
+    with fx.host:
+        events.clear()
+        assert fx.host.call(fx.request()).ok
+        assert events == ["call.outcome", "close"]
+        events.clear()
+        failed = fx.host.call(fx.request(tool="echo.bad"))
+        assert failed.error is not None and failed.error.code == "OUTPUT_INVALID"
+        assert events == ["call.outcome", "close"]
+
+
+def test_two_guests_are_inside_wasm_at_the_same_time(tmp_path: Path) -> None:
+    """Nothing serializes guests once they run either (issue 14.5; the test above stops at
+    ``Runtime.run``'s door): each guest, mid-run, waits in a host import until the other
+    guest is in it too. A lock held across wasm execution (in the runtime or the sandbox)
+    would break the barrier, and the call would fail as a host import failure."""
+    module = wat_guest("(drop (call $secret_available {S:n})) (call $ok (local.get $ip) (local.get $il))",
+                       host=["secret-available"], strings={"n": "meet"})
+    fx = make_host(tmp_path, module=module)
+    meet = threading.Barrier(2)
+    runtime = fx.host._runtime
+    original = runtime.run
+
+    def meeting(*args: Any, **kwargs: Any) -> Any:
+        def secret_available(name: str) -> bool:
+            meet.wait(timeout=60)  # both guests are running now, or the barrier breaks
+            return False
+
+        return original(*args, **{**kwargs, "secret_available": secret_available})
+
+    runtime.run = meeting  # type: ignore[method-assign]
+    results: list[Any] = []
+    with fx.host:
+        workers = [threading.Thread(target=lambda: results.append(fx.host.call(fx.request()))) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert [r.ok for r in results] == [True, True], [r.error for r in results]
+    assert not meet.broken
 
 
 def test_output_outside_schema_is_refused(tmp_path: Path) -> None:

@@ -169,3 +169,32 @@ def test_unusable_artifact_dir_still_runs(tmp_path: Path) -> None:
     with Runtime(HostConfig(state_dir=tmp_path)) as rt:
         assert wat.run_module(rt, ECHO, input_json="ok").output == "ok"
         assert rt.stats().compiled == 1
+
+
+def test_verified_artifact_deserialized_in_place_not_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14.4: the verified bytes go to wasmtime as they are; the public
+    ``Component.deserialize`` (which copies them into a ctypes array first) is not used."""
+    from host.runtime import cache  # noqa: PLC0415  # the module whose path is observed
+
+    _warm(tmp_path)
+    assert cache._RAW_DESERIALIZE
+    public_calls: list[int] = []
+    original = wc.Component.deserialize
+
+    def counted(engine: object, encoded: bytes) -> wc.Component:
+        public_calls.append(len(encoded))
+        return original(engine, encoded)  # type: ignore[arg-type]  # a wasmtime.Engine
+
+    monkeypatch.setattr(wc.Component, "deserialize", staticmethod(counted))
+    assert _load_fresh(tmp_path) == (0, 1, 0)
+    assert public_calls == []
+
+
+def test_artifact_loads_through_public_deserialize_when_private_names_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from host.runtime import cache  # noqa: PLC0415
+
+    _warm(tmp_path)
+    monkeypatch.setattr(cache, "_RAW_DESERIALIZE", False)
+    assert _load_fresh(tmp_path) == (0, 1, 0)

@@ -286,6 +286,27 @@ def test_parse_json_refuses_ambiguous_or_hostile_text(text: bytes, rule: str, po
     assert _refusal(exc_info) == (rule, pointer)
 
 
+def test_parse_json_refuses_a_bom_in_text_as_in_bytes() -> None:
+    """The decoder is built once (issue 14); the BOM check json.loads made stays."""
+    for data in (b"\xef\xbb\xbf{}", "\ufeff{}"):
+        with pytest.raises(InputInvalid, match="BOM") as exc_info:
+            parse_json(data)
+        assert _refusal(exc_info)[0] == "syntax"
+
+
+def test_parse_json_threads_each_get_their_own_decoder() -> None:
+    import threading  # noqa: PLC0415  # only this test needs it
+
+    from host import canonical  # noqa: PLC0415
+
+    seen: list[object] = []
+    worker = threading.Thread(target=lambda: seen.append(canonical._decoder()))
+    worker.start()
+    worker.join()
+    assert seen[0] is not canonical._decoder()
+    assert canonical._decoder() is canonical._decoder()
+
+
 def test_parse_json_huge_integer_refused_quickly() -> None:
     start = time.perf_counter()
     with pytest.raises(InputInvalid, match="integer outside"):

@@ -90,3 +90,58 @@ def test_close_interrupts_calls_in_flight(tmp_path: Path) -> None:
     worker.join(timeout=60)  # the call's own limits would keep it for 300 s or 20e9 fuel
     assert not worker.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], SandboxTimeout)
+
+
+class _CountingEngine:
+    """Counts the epoch increments made by one thread (the ticker thread makes others)."""
+
+    def __init__(self, engine: object, thread: threading.Thread) -> None:
+        self._engine = engine
+        self._thread = thread
+        self.increments = 0
+
+    def increment_epoch(self) -> None:
+        if threading.current_thread() is self._thread:
+            self.increments += 1
+        self._engine.increment_epoch()  # type: ignore[attr-defined]  # a wasmtime.Engine
+
+
+def test_close_without_calls_in_flight_steps_no_epochs(tmp_path: Path) -> None:
+    rt = Runtime(HostConfig(state_dir=tmp_path))
+    wat.run_module(rt, wat.echo_component())  # a finished call leaves nothing in flight
+    counting = _CountingEngine(rt._engine, threading.current_thread())
+    rt._engine = counting  # type: ignore[assignment]  # observes close's increments only
+    rt.close()
+    assert counting.increments == 0
+
+
+def test_close_steps_only_the_deadline_of_the_longest_call_in_flight(tmp_path: Path) -> None:
+    rt = Runtime(HostConfig(state_dir=tmp_path))
+    module = wat.guest("(drop (call $secret_available {S:n})) (loop $forever (br $forever)) (unreachable)",
+                       host=["secret-available"], strings={"n": "started"})
+    loaded = rt.load(module, sha256=wat.sha256(module))
+    limits = SandboxLimits(fuel=20_000_000_000, memory_bytes=1 << 20, timeout_ms=60_000, max_log_bytes=10)
+    running = threading.Event()
+    errors: list[BaseException] = []
+
+    def in_guest(name: str) -> bool:
+        running.set()
+        return False
+
+    def call() -> None:
+        try:
+            rt.run(loaded, tool="t", input_json="{}", limits=limits, egress=wat.DenyAllEgress(),
+                   secret_available=in_guest)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    assert running.wait(30), "the guest never started"
+    counting = _CountingEngine(rt._engine, threading.current_thread())
+    rt._engine = counting  # type: ignore[assignment]
+    rt.close()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], SandboxTimeout)
+    assert counting.increments == deadline_ticks(60_000) + 1  # not the 300 s ceiling's 30,002

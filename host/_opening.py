@@ -1,0 +1,187 @@
+"""The steps of opening a lock, private to the gateway (DESIGN §4, §11).
+
+:meth:`host.gateway.Host.open` runs them in this order, each one only after the previous
+one succeeded:
+
+1. :func:`host.lock.load_lock` verifies the lock (digests, signatures, manifests);
+2. :func:`compile_packages` compiles (or loads from the verified artifact cache) every
+   package's component and pairs it with its egress allowlist;
+3. the frozen registry is built from the verified manifests;
+4. :func:`accept_generation` moves the state store's trust state forward to the lock's
+   generation (rollback checks) and appends the ``lock.accepted`` audit record.
+
+:func:`load_generation` runs steps 2–4 (and starts the pinned MCP servers) and closes
+whatever it started when one fails; steps 2 and 4 are also separate functions so that a
+reload can reuse them in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from host.adapters.schemas import check_model_names
+from host.audit import AuditLog
+from host.auditkey import AuditKey
+from host.config import HostConfig
+from host.egress.policy import EgressPolicy
+from host.lock import LoadedLock, TrustedKeys, load_lock
+from host.mcpsource import hosting as mcp_hosting
+from host.mcpsource.pin import PinnedSource, load_pinned_sources
+from host.mcpsource.source import McpSource
+from host.registry import FrozenRegistry
+from host.runtime import LoadedComponent, ProgressEvent, Runtime
+from host.secrets import SecretsStore
+from host.store.local import LocalStore
+from host.store.port import StateStore
+
+__all__ = [
+    "Generation",
+    "Package",
+    "accept_generation",
+    "compile_packages",
+    "load_generation",
+    "local_store",
+    "open_audit",
+    "verify_lock",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """A loaded package: its compiled component and its egress allowlist (None: no network)."""
+
+    component: LoadedComponent
+    egress_policy: EgressPolicy | None
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One accepted lock generation, loaded: what a Host runs calls with."""
+
+    runtime: Runtime
+    packages: dict[str, Package]
+    registry: FrozenRegistry
+    sources: dict[str, McpSource]
+
+
+def load_generation(
+    loaded: LoadedLock,
+    pinned: tuple[PinnedSource, ...],
+    *,
+    config: HostConfig,
+    state: StateStore,
+    secrets: SecretsStore | None,
+    progress: Callable[[ProgressEvent], None] | None,
+    unsafe_accept_rollback: bool,
+) -> Generation:
+    """Steps 2–4 of a verified lock: compile, build the registry, accept the generation,
+    then start the pinned MCP servers. On failure the runtime and the servers started
+    are closed (the store is the caller's) and the error propagates.
+
+    Raises:
+        DigestMismatch, ComponentRefused, LockInvalid, LockRollback, AuditUnavailable,
+            StoreUnavailable: as the steps.
+    """
+    runtime = Runtime(config)
+    sources: dict[str, McpSource] = {}
+    try:
+        packages = compile_packages(runtime, loaded, progress=progress)
+        registry = FrozenRegistry.from_packages([
+            *((p.manifest, p.binding) for p in loaded.packages),
+            *mcp_hosting.registry_items(pinned, loaded.generation),
+        ])
+        check_model_names(registry)  # no tool may vanish behind another's model-facing name
+        accept_generation(state, loaded, config=config, unsafe_accept_rollback=unsafe_accept_rollback)
+        sources = mcp_hosting.start_sources(
+            pinned, state_dir=config.state_dir, secrets=secrets, audit=state.audit
+        )
+    except BaseException:
+        for source in sources.values():
+            source.close()
+        runtime.close()
+        raise
+    return Generation(runtime, packages, registry, sources)
+
+
+def verify_lock(path: Path, config: HostConfig) -> tuple[LoadedLock, tuple[PinnedSource, ...]]:
+    """Step 1: the lock and the MCP sources it pins, every digest and signature verified.
+
+    Raises:
+        LockInvalid, LockRollback, DigestMismatch, SignatureInvalid, ManifestInvalid: as
+            :func:`host.lock.load_lock` and :func:`host.mcpsource.pin.load_pinned_sources`.
+    """
+    keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
+    loaded = load_lock(path, config=config, trusted_keys=keys)
+    pinned = load_pinned_sources(
+        path, loaded.lock.mcp, ceilings=config.ceilings,
+        require_signatures=config.require_signatures, keys=keys,
+    )  # fmt: skip
+    return loaded, pinned
+
+
+def compile_packages(
+    runtime: Runtime, loaded: LoadedLock, *, progress: Callable[[ProgressEvent], None] | None
+) -> dict[str, Package]:
+    """Compile every package of a verified lock, in parallel (:meth:`Runtime.load_many`).
+
+    Raises:
+        DigestMismatch, ComponentRefused: as :meth:`Runtime.load_many`.
+    """
+    items = [(p.binding.package, p.module_bytes, p.binding.module_sha256) for p in loaded.packages]
+    components = runtime.load_many(items, progress=progress)
+    packages: dict[str, Package] = {}
+    for locked, component in zip(loaded.packages, components, strict=True):
+        http = locked.manifest.http
+        allow = EgressPolicy.from_allow(http.allow) if http is not None and http.allow else None
+        packages[locked.binding.package] = Package(component, allow)
+    return packages
+
+
+def accept_generation(
+    state: StateStore, loaded: LoadedLock, *, config: HostConfig, unsafe_accept_rollback: bool
+) -> None:
+    """Accept the lock's generation into the state store, then record it (``lock.accepted``).
+
+    Raises:
+        LockRollback: an older, forked or too far ahead generation, or a package
+            downgrade, without ``unsafe_accept_rollback``.
+        AuditUnavailable, StoreUnavailable: the store could not record it.
+    """
+    overridden = state.locks.accept(loaded, unsafe_accept_rollback=unsafe_accept_rollback)
+    state.audit.append(
+        "lock.accepted",
+        {
+            "generation": loaded.generation,
+            "digest": loaded.digest,
+            "packages": [f"{p.binding.package}@{p.binding.version}" for p in loaded.packages],
+            "lock_key_id": loaded.lock_key_id,
+            "unsafe_accept_rollback": unsafe_accept_rollback,
+            "overridden": list(overridden),
+            "unsafe_allow_loopback": config.unsafe_allow_loopback,
+            "unsafe_allow_unsigned": config.unsafe_allow_unsigned,
+        },
+    )
+
+
+def local_store(config: HostConfig, audit: AuditLog | str | Path | None) -> LocalStore:
+    """The default store: ``config.state_dir`` with ``audit`` (opened here if a path)."""
+    if audit is None:
+        raise TypeError("Host.open needs audit= (a path or an AuditLog) or store=")
+    if isinstance(audit, AuditLog):
+        return LocalStore(config.state_dir, audit=audit)
+    return LocalStore(config.state_dir, audit=open_audit(Path(audit), config), owns_audit=True)
+
+
+def open_audit(path: Path, config: HostConfig) -> AuditLog:
+    """The host's own audit log: durability as configured, checkpoints signed by the
+    state directory's audit key (created on first use)."""
+    return AuditLog(
+        path,
+        durability=config.audit_durability,
+        flush_interval_ms=config.audit_flush_interval_ms,
+        signer=AuditKey.load_or_create(config.state_dir),
+        checkpoint_every=config.audit_checkpoint_every,
+        checkpoint_interval_s=config.audit_checkpoint_interval_s,
+    )
