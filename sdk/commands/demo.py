@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sdk.demo.run import run_demo
+from sdk.commands._common import UsageFailed
+from sdk.demo.run import WorkdirNotEmpty, run_demo
 
 
 def register(sub: Any) -> None:
@@ -50,4 +51,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 if every step behaved as expected, else 1."""
     # without a terminal on stdin nobody can answer a prompt: behave as --ci (issue 13)
     ci = bool(args.ci) or not sys.stdin.isatty()
-    return run_demo(ci=ci, workdir=args.workdir)
+    try:
+        return run_demo(ci=ci, workdir=args.workdir)
+    except WorkdirNotEmpty as exc:
+        raise UsageFailed("USAGE", str(exc), hint="pass a new or empty directory to --workdir") from None

@@ -67,7 +67,7 @@ def run_demo(*, ci: bool, workdir: Path | None, screen: Screen | None = None) ->
         screen: where to print (default: stdout).
 
     Raises:
-        ValueError: ``workdir`` exists and is not empty.
+        WorkdirNotEmpty: ``workdir`` exists and is not empty.
         BuildError: a plugin cannot be built (the tracker project is missing, say).
         StockadeError: setting up the host failed (lock, manifest, component, secrets).
 
@@ -98,12 +98,16 @@ def run_demo(*, ci: bool, workdir: Path | None, screen: Screen | None = None) ->
         return 0 if all(o.ok for o in outcomes) else 1
 
 
+class WorkdirNotEmpty(ValueError):
+    """``--workdir`` names a file or a directory that is not empty (a usage error)."""
+
+
 def _workspace_root(stack: contextlib.ExitStack, workdir: Path | None) -> Path:
     if workdir is None:
         return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stockade-demo-")))
     workdir = workdir.expanduser().resolve()
     if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
-        raise ValueError(f"--workdir {workdir} is not empty; choose a new or empty directory")
+        raise WorkdirNotEmpty(f"--workdir {workdir} is not empty; choose a new or empty directory")
     workdir.mkdir(parents=True, exist_ok=True)
     return workdir
 
