@@ -45,11 +45,11 @@ from host.audit import AuditLog
 from sdk.commands._common import (
     EXIT_OK,
     UsageFailed,
+    _host_config,
     add_host_options,
     checkpoint_options,
     open_secrets,
     open_store_spec,
-    signatures_waived,
     state_dir,
     user_input,
 )
@@ -194,13 +194,10 @@ def _verifier(args: argparse.Namespace) -> Any:
 
 
 def _config(args: argparse.Namespace, root: Path) -> HostConfig:
-    return HostConfig(
-        state_dir=root,
-        require_signatures=bool(args.require_signatures),
-        unsafe_allow_unsigned=signatures_waived(args),
-        trusted_keys_file=args.trusted_keys,
-        trusted_operator_keys_file=args.trusted_operator_keys,
-    )
+    # The same configuration as every other host command (config file's admin_policy_dir,
+    # the per-user artifact cache, --debug): serve once built its own and dropped the
+    # managed cap, so a capped tool was callable through MCP alone.
+    return _host_config(args, root)
 
 
 def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: Any) -> Host:

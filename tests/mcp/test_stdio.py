@@ -156,3 +156,33 @@ def test_http_on_a_public_address_without_tokens_refused(world: World) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "without authentication" in proc.stderr
+
+
+def test_serve_honours_the_config_files_managed_cap(world: World) -> None:
+    # Regression (serve_ignored_admin_policy_dir): serve built its own HostConfig and
+    # dropped the config file's admin_policy_dir, so a tool the administrator disabled
+    # stayed callable through MCP while `stockade call` refused it.
+    admin = world.root / "admin"
+    admin.mkdir()
+    (admin / "cap.json").write_text(json.dumps(
+        {"format": "stockade.toolcap/1", "rules": [{"selector": {"tool": "echo.say"}, "max": "disabled"}]}
+    ))  # fmt: skip
+    config = world.root / "stockade.host.toml"
+    config.write_text(f'format = "stockade.host/1"\n\n[host]\nadmin_policy_dir = "{admin}"\n')
+
+    async def body() -> tuple[list[str], Any]:
+        server = StdioServerParameters(
+            command=sys.executable, args=["-m", "sdk.cli", "--config", str(config), *serve_args(world)[2:]],
+            env=cli_env(), cwd=str(world.root),
+        )  # fmt: skip
+        async with mcp.Client(server) as client:  # type: ignore[arg-type]
+            tools = await client.list_tools()
+            said = await client.call_tool("echo.say", {"message": "capped"})
+        return [t.name for t in tools.tools], said
+
+    names, said = anyio.run(body)
+    assert "echo.say" not in names and "echo.write" in names
+    assert said.is_error is True and said.meta is not None
+    assert said.meta[META_KEY]["code"] == "POLICY_DENIED"
+    assert not any(r["kind"] == "call.outcome" and r.get("tool") == "echo.say" and r.get("ok")
+                   for r in served_records(world))
