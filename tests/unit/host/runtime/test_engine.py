@@ -62,13 +62,16 @@ def test_context_manager_closes(tmp_path: Path) -> None:
         rt.load_many([("echo", wat.echo_component(), wat.sha256(wat.echo_component()))])
 
 
-def test_close_interrupts_calls_in_flight(tmp_path: Path) -> None:
-    rt = Runtime(HostConfig(state_dir=tmp_path))
+def _spinning_call(rt: Runtime, timeout_ms: int) -> tuple[threading.Thread, list[BaseException]]:
+    """Start a call whose guest loops for ever; return once it is inside the guest.
+
+    Returns the worker thread and the list its exception (if any) is appended to.
+    """
     # Asks secret-available (the host learns the guest is running), then loops forever.
     module = wat.guest("(drop (call $secret_available {S:n})) (loop $forever (br $forever)) (unreachable)",
                        host=["secret-available"], strings={"n": "started"})
     loaded = rt.load(module, sha256=wat.sha256(module))
-    limits = SandboxLimits(fuel=20_000_000_000, memory_bytes=1 << 20, timeout_ms=300_000, max_log_bytes=10)
+    limits = SandboxLimits(fuel=20_000_000_000, memory_bytes=1 << 20, timeout_ms=timeout_ms, max_log_bytes=10)
     running = threading.Event()
     errors: list[BaseException] = []
 
@@ -86,6 +89,12 @@ def test_close_interrupts_calls_in_flight(tmp_path: Path) -> None:
     worker = threading.Thread(target=call)
     worker.start()
     assert running.wait(30), "the guest never started"
+    return worker, errors
+
+
+def test_close_interrupts_calls_in_flight(tmp_path: Path) -> None:
+    rt = Runtime(HostConfig(state_dir=tmp_path))
+    worker, errors = _spinning_call(rt, timeout_ms=300_000)
     rt.close()
     worker.join(timeout=60)  # the call's own limits would keep it for 300 s or 20e9 fuel
     assert not worker.is_alive()
@@ -117,27 +126,7 @@ def test_close_without_calls_in_flight_steps_no_epochs(tmp_path: Path) -> None:
 
 def test_close_steps_only_the_deadline_of_the_longest_call_in_flight(tmp_path: Path) -> None:
     rt = Runtime(HostConfig(state_dir=tmp_path))
-    module = wat.guest("(drop (call $secret_available {S:n})) (loop $forever (br $forever)) (unreachable)",
-                       host=["secret-available"], strings={"n": "started"})
-    loaded = rt.load(module, sha256=wat.sha256(module))
-    limits = SandboxLimits(fuel=20_000_000_000, memory_bytes=1 << 20, timeout_ms=60_000, max_log_bytes=10)
-    running = threading.Event()
-    errors: list[BaseException] = []
-
-    def in_guest(name: str) -> bool:
-        running.set()
-        return False
-
-    def call() -> None:
-        try:
-            rt.run(loaded, tool="t", input_json="{}", limits=limits, egress=wat.DenyAllEgress(),
-                   secret_available=in_guest)
-        except BaseException as exc:
-            errors.append(exc)
-
-    worker = threading.Thread(target=call)
-    worker.start()
-    assert running.wait(30), "the guest never started"
+    worker, errors = _spinning_call(rt, timeout_ms=60_000)
     counting = _CountingEngine(rt._engine, threading.current_thread())
     rt._engine = counting  # type: ignore[assignment]
     rt.close()
