@@ -12,13 +12,10 @@ import json
 import sys
 from pathlib import Path
 
-# package: (lines %, branches %). Measured 2026-12-01 (issue 16, full suite, CLI
-# subprocesses included): host/ 96.3 % lines, 91.9 % branches; sdk/ 93.6 %, 81.3 %.
-# Provisional: those figures predate the merge of the MCP server, the state store, MCP
-# sources and the author/operator commands (about 9,000 new lines, never measured together
-# before landing), so the floors sit lower until the first CI figures of the merged tree
-# raise them again (issue 16 asks for at least 95 % lines of host/).
-FLOORS = {"host": (92.0, 85.0), "sdk": (85.0, 72.0)}
+# package: (lines %, branches %). Measured on the merged tree, full suite with CLI
+# subprocesses (2026-12-01, second session): host/ 95.8 % lines, 89.7 % branches; sdk/
+# 93.0 %, 82.5 %. Issue 16 asks for at least 95 % lines of host/.
+FLOORS = {"host": (95.0, 88.0), "sdk": (92.0, 80.0)}
 
 
 def totals(files: dict[str, dict[str, dict[str, int]]], package: str) -> tuple[int, int, int, int]:
