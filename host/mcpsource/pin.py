@@ -103,6 +103,25 @@ def _env_name(value: str) -> str:
     return value
 
 
+_HEADER_TOKEN: Final = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+# Headers the host or the SDK set: a credential may never replace them.
+_RESERVED_HEADERS: Final = frozenset({
+    "host", "content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
+    "accept", "accept-encoding", "cookie", "te", "upgrade", "expect", "mcp-session-id",
+    "mcp-protocol-version", "last-event-id",
+})
+
+
+def _header_name(value: str) -> str:
+    if not value or not set(value) <= _HEADER_TOKEN:
+        raise ValueError(f"{value[:80]!r} is not an HTTP header name")
+    if value.lower() in _RESERVED_HEADERS:
+        raise ValueError(f"header {value!r} is set by the host; a secret cannot be sent in it")
+    return value
+
+
 def _plain(value: str) -> str:
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value) or "\x00" in value:
         raise ValueError("may not hold control characters")
@@ -159,7 +178,7 @@ class SecretDelivery(_Model):
 
     secret: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]{0,63}$")]
     env: EnvName | None = None
-    header: Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_env_name)] | None = None
+    header: Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_header_name)] | None = None
     prefix: Annotated[str, Field(max_length=64), AfterValidator(_plain)] = ""
 
     @model_validator(mode="after")
