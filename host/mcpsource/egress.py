@@ -212,8 +212,13 @@ class SourceTransport(httpx2.AsyncBaseTransport):
             target = self._policy.check(request.method, str(request.url))
             await self._vet(target)
         except EgressDenied as exc:
-            self._fault(exc)
-            raise
+            refused = type(exc)(
+                f"MCP source {self._name}: {exc.message}", reason=exc.reason, source=self._name,
+                hint="An MCP source reaches only its declared URL, at public addresses "
+                "(loopback only with HostConfig.unsafe_allow_loopback, for tests).",
+            )
+            self._fault(refused)
+            raise refused from None
         headers = [(k, v) for k, v in request.headers.raw
                    if k.decode("latin-1").lower() not in self._injected]
         headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._headers]
