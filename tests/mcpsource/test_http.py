@@ -259,3 +259,30 @@ def test_cancelled_http_call_sends_notifications_cancelled(http_world: HttpWorld
     assert stopped.wait(), "the server was never told the call was cancelled"
     assert host.call(request("test.echo", {"message": "same session"})).ok
     assert http_world.records("call.outcome")[-2]["error"]["code"] == "CANCELLED"
+
+
+def test_hung_http_server_times_out_and_the_session_is_reopened(http_world: HttpWorld) -> None:
+    http_world.pin(http_world.declaration(call_timeout_ms=1500))
+    host = http_world.open()
+    hung = host.call(request("test.hang"))
+    assert not hung.ok and hung.error is not None
+    assert hung.error.code == "MCP_TIMEOUT"
+    again = host.call(request("test.echo", {"message": "new session"}))
+    assert again.ok and again.output == {"text": "new session"}
+    assert len(http_world.records("mcp.connected")) == 2
+
+
+@pytest.mark.parametrize("header", ["Host", "content-length", "Mcp-Session-Id", "X Bad", "X-Api-Key\r\nX"])
+def test_secret_header_cannot_replace_a_host_owned_header(header: str) -> None:
+    doc = {
+        "format": "stockade.mcp/1", "name": "test", "version": "1.0.0",
+        "transport": {"type": "http", "url": f"https://{NAME}/mcp"},
+        "secrets": [{"secret": "api_token", "header": header}],
+        "secrets_scope": {"project": "ops", "subject": "mcp-test"},
+        "limits": {"call_timeout_ms": 5000, "max_output_bytes": 65536, "max_concurrent_calls": 4},
+    }
+    with pytest.raises(StockadeError) as refused:
+        McpDeclaration.from_json(json.dumps(doc).encode())
+    assert refused.value.code == "MANIFEST_INVALID"
+    doc["secrets"][0]["header"] = "X-Api-Key"  # an ordinary header name is accepted
+    assert McpDeclaration.from_json(json.dumps(doc).encode()).secrets[0].header == "X-Api-Key"
