@@ -54,6 +54,7 @@ def app() -> Any:
                                          allowed_hosts=[f"{arg('--host')}:*"], allowed_origins=[])
     inner = mcp.streamable_http_app(
         transport_security=security,
+        json_response="--json-response" in sys.argv,
         custom_starlette_routes=[Route("/moved", moved, methods=["GET", "POST", "DELETE"])],
     )
 
