@@ -116,7 +116,7 @@ class HttpConnection:
         self._stop: anyio.Event | None = None
         self._outer: anyio.CancelScope | None = None
         self._closed = False
-        self._portal_cm = anyio.from_thread.start_blocking_portal(name=f"mcp-{name}-http")
+        self._portal_cm = anyio.from_thread.start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
         try:
             self._main_future, _ = self._portal.start_task(self._main)
