@@ -51,8 +51,8 @@ from mcp_types import (
     JSONRPCResponse,
 )
 
-from host.errors import McpTimeout, McpUnavailable, StockadeError
-from host.mcpsource.egress import SourceTransport
+from host.errors import EgressDenied, McpTimeout, McpUnavailable, StockadeError
+from host.mcpsource.egress import SourceTransport, endpoint_policy
 from host.mcpsource.rpc import McpNetwork, cancelled, wait_answer
 
 __all__ = ["HttpConnection"]
@@ -116,6 +116,10 @@ class HttpConnection:
         self._stop: anyio.Event | None = None
         self._outer: anyio.CancelScope | None = None
         self._closed = False
+        try:
+            endpoint_policy(url)  # refuse a URL outside the egress rules before starting anything
+        except EgressDenied as exc:
+            raise type(exc)(f"MCP source {name}: {exc.message}", reason=exc.reason, source=name) from None
         self._portal_cm = anyio.from_thread.start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
         try:
@@ -129,8 +133,10 @@ class HttpConnection:
             version = self.server_info.get("protocolVersion") if isinstance(self.server_info, dict) else None
             self._version = version if isinstance(version, str) and len(version) <= 32 else PROTOCOL_VERSION
             self.notify("notifications/initialized", {})
-        except BaseException:
+        except BaseException as exc:
             self.close()
+            if isinstance(exc, RuntimeError) and self._failure is not None:
+                raise self._failure from None  # the task failed before it started: say why
             raise
 
     @property

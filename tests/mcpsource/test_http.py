@@ -286,3 +286,22 @@ def test_secret_header_cannot_replace_a_host_owned_header(header: str) -> None:
     assert refused.value.code == "MANIFEST_INVALID"
     doc["secrets"][0]["header"] = "X-Api-Key"  # an ordinary header name is accepted
     assert McpDeclaration.from_json(json.dumps(doc).encode()).secrets[0].header == "X-Api-Key"
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("https://localhost/mcp", "localhost"),
+    ("https://user@mcp.test.example/mcp", "userinfo"),
+    ("https://0x7f.0.0.1/mcp", "ip_literal"),
+])
+def test_endpoint_outside_the_url_rules_is_refused_before_connecting(tmp_path: Path, url: str, reason: str) -> None:
+    doc = {
+        "format": "stockade.mcp/1", "name": "test", "version": "1.0.0",
+        "transport": {"type": "http", "url": url},
+        "limits": {"call_timeout_ms": 5000, "max_output_bytes": 65536, "max_concurrent_calls": 4},
+    }
+    decl = McpDeclaration.from_json(json.dumps(doc).encode())
+    with pytest.raises(EgressDenied) as refused:
+        pin_source(decl, state_dir=tmp_path, secrets=None, review={},
+                   network=McpNetwork(loopback, None, allow_loopback=True))
+    assert refused.value.code == "EGRESS_DENIED" and refused.value.reason == reason
+    assert "MCP source test" in refused.value.message
