@@ -19,7 +19,8 @@ from the pieces :mod:`host.egress` uses for guest requests:
   its ``httpx2`` client and the declaration never hold them;
 - **bounds**: one response body is cut at ``max_response_bytes`` while it is read
   (``MCP_UNAVAILABLE`` reason ``too_large``), a status >= 400 fails the connection
-  (``http_status``), a failed connect is ``unreachable``; no proxies, no environment, no
+  (``http_status``), a failed connect or TLS handshake is ``unreachable``, a connection
+  broken off before or during an answer is ``crashed``; no proxies, no environment, no
   cookies, HTTP/1.1, no retries;
 - **no server stream**: the server-to-client ``GET`` stream is answered ``405`` without
   touching the network (the host offers no server-to-client requests and reads no
@@ -141,8 +142,11 @@ class _BoundedBody(httpx2.AsyncByteStream):
                 yield chunk
         except httpcore2.TimeoutException as exc:
             raise httpx2.ReadTimeout(str(exc)) from exc
-        except httpcore2.NetworkError as exc:
-            error = _unreachable(self._name, f"reading its answer failed: {exc}")
+        except (httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
+            error = McpUnavailable(
+                f"MCP source {self._name} broke off its answer ({exc}); the next call reconnects",
+                source=self._name, reason="crashed",
+            )
             self._fault(error)
             raise error from None
 
@@ -235,8 +239,15 @@ class SourceTransport(httpx2.AsyncBaseTransport):
             response = await self._pool.handle_async_request(core)
         except httpcore2.TimeoutException as exc:
             raise httpx2.ConnectTimeout(str(exc)) from exc
-        except (httpcore2.NetworkError, httpcore2.ProtocolError, OSError) as exc:
+        except (httpcore2.ConnectError, OSError) as exc:
             error = _unreachable(self._name, f"cannot reach {target.host}:{target.port}: {exc}")
+            self._fault(error)
+            raise error from None
+        except (httpcore2.NetworkError, httpcore2.ProtocolError) as exc:  # connected, then broken off
+            error = McpUnavailable(
+                f"MCP source {self._name} hung up without an answer ({exc}); the next call reconnects",
+                source=self._name, reason="crashed",
+            )
             self._fault(error)
             raise error from None
         if response.status >= 400 and request.method != "DELETE":

@@ -6,7 +6,7 @@ Streamable HTTP app (``Server.streamable_http_app``) under uvicorn with the give
 certificate. Every request to ``/mcp`` must carry ``Authorization: Bearer TOKEN``
 (else 401); ``leak`` answers with the ``Authorization`` header it received; ``/moved``
 answers every request with a same-origin ``307`` to ``/elsewhere/mcp`` (outside a
-declared ``/moved`` endpoint). It exits when its stdin closes (the test ended).
+declared ``/moved`` endpoint); ``/garbled`` answers a body that is not JSON-RPC. It exits when its stdin closes (the test ended).
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ async def moved(request: Request) -> Response:
     return Response(status_code=307, headers={"location": "/elsewhere/mcp"})
 
 
+async def garbled(request: Request) -> Response:
+    return Response(b"{this is not json", media_type="application/json")
+
+
 def app() -> Any:
     mcp = Server("stockade-http-test", version="1.0.0", on_list_tools=stdio_server.list_tools,
                  on_call_tool=call_tool)
@@ -55,7 +59,8 @@ def app() -> Any:
     inner = mcp.streamable_http_app(
         transport_security=security,
         json_response="--json-response" in sys.argv,
-        custom_starlette_routes=[Route("/moved", moved, methods=["GET", "POST", "DELETE"])],
+        custom_starlette_routes=[Route("/moved", moved, methods=["GET", "POST", "DELETE"]),
+                                 Route("/garbled", garbled, methods=["POST", "DELETE"])],
     )
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:

@@ -235,7 +235,8 @@ def test_server_down_gives_a_stable_code(http_world: HttpWorld) -> None:
     http_world.stop_server()
     first = host.call(request("test.echo", {"message": "down"}))
     assert not first.ok and first.error is not None
-    assert (first.error.code, first.error.details["reason"]) == ("MCP_UNAVAILABLE", "unreachable")
+    assert first.error.code == "MCP_UNAVAILABLE"
+    assert first.error.details["reason"] in ("unreachable", "crashed")  # crashed: a pooled socket broke
     second = host.call(request("test.echo", {"message": "still down"}))
     assert not second.ok and second.error is not None
     assert second.error.code == "MCP_UNAVAILABLE"
@@ -305,3 +306,26 @@ def test_endpoint_outside_the_url_rules_is_refused_before_connecting(tmp_path: P
                    network=McpNetwork(loopback, None, allow_loopback=True))
     assert refused.value.code == "EGRESS_DENIED" and refused.value.reason == reason
     assert "MCP source test" in refused.value.message
+
+
+def test_http_server_crashing_mid_call_gives_a_stable_code(http_world: HttpWorld) -> None:
+    http_world.pin()
+    host = http_world.open()
+    crashed = host.call(request("test.crash"))  # the server process exits while answering
+    assert not crashed.ok and crashed.error is not None
+    assert (crashed.error.code, crashed.error.details["reason"]) == ("MCP_UNAVAILABLE", "crashed")
+    assert http_world.records("call.outcome")[-1]["error"]["code"] == "MCP_UNAVAILABLE"
+
+
+def test_http_answer_that_is_not_json_rpc_gives_malformed(http_world: HttpWorld) -> None:
+    with pytest.raises(StockadeError) as refused:
+        http_world.pin(http_world.declaration(path="/garbled"))
+    assert refused.value.code == "MCP_UNAVAILABLE" and refused.value.details["reason"] == "malformed"
+
+
+def test_certificate_from_an_untrusted_ca_is_refused_mitm(http_world: HttpWorld) -> None:
+    untrusted = McpNetwork(loopback, None, allow_loopback=True)  # the system store only
+    with pytest.raises(StockadeError) as refused:
+        http_world.pin(network=untrusted)
+    assert refused.value.code == "MCP_UNAVAILABLE" and refused.value.details["reason"] == "unreachable"
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.value.message
