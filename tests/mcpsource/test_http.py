@@ -111,12 +111,15 @@ class HttpWorld:
 
 
 @pytest.fixture
-def http_world(tmp_path: Path) -> Iterator[HttpWorld]:
+def http_world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[HttpWorld]:
+    """The server answers over SSE; ``@pytest.mark.parametrize("http_world", ["json"], indirect=True)``
+    makes it answer plain JSON (``json_response``)."""
     ca = CertAuthority.create(tmp_path / "ca")
     cert, key = ca.issue([NAME])
+    mode = ["--json-response"] if getattr(request, "param", "sse") == "json" else []
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), "--behaviour", str(tmp_path / "behaviour.json"), "--cert", str(cert),
-         "--key", str(key), "--token", TOKEN, "--host", NAME],
+         "--key", str(key), "--token", TOKEN, "--host", NAME, *mode],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=SERVER.parent,
     )
     assert proc.stdout is not None
@@ -135,6 +138,7 @@ def http_world(tmp_path: Path) -> Iterator[HttpWorld]:
         proc.stdout.close()
 
 
+@pytest.mark.parametrize("http_world", ["sse", "json"], indirect=True)
 def test_http_source_is_pinned_and_called_through_the_pipeline(http_world: HttpWorld) -> None:
     pinned = http_world.pin()
     assert {t.tool for t in pinned.pin.tools} == set(TOOLS) and not pinned.refused
@@ -217,6 +221,7 @@ def test_request_to_a_host_not_on_the_allowlist_never_leaves(http_world: HttpWor
     assert [f.code for f in faults] == ["EGRESS_DENIED"]
 
 
+@pytest.mark.parametrize("http_world", ["sse", "json"], indirect=True)
 def test_ten_megabyte_http_answer_is_bounded(http_world: HttpWorld) -> None:
     http_world.pin()
     host = http_world.open()
