@@ -6,9 +6,9 @@ Three documents, each versioned and parsed strictly (unknown fields refused):
   ``version``, the ``transport`` (``stdio``: absolute ``command``, ``args``, optional
   ``cwd``; or ``http``: an ``https`` ``url``), the plain ``env`` it gets, the ``secrets``
   it may receive (each from the secrets store under ``secrets_scope``, delivered as an
-  environment variable for stdio or an HTTP header for http — values never appear in the
-  file), and its ``limits`` (call timeout, answer bytes, concurrent calls, optional
-  address-space bytes for stdio).
+  environment variable for stdio or an HTTP header for http, never one the host or the
+  SDK sets — values never appear in the file), and its ``limits`` (call timeout, answer
+  bytes, concurrent calls, optional address-space bytes for stdio).
 - **Pin** (``stockade.mcp-pin/1``, written by ``stockade lock add-mcp``): the declaration
   plus, for every tool the server listed and the reviewer accepted, its remote ``name``,
   the namespaced Stockade name ``<source>.<name>``, the exact ``definition`` the server
@@ -110,7 +110,7 @@ _HEADER_TOKEN: Final = frozenset(
 _RESERVED_HEADERS: Final = frozenset({
     "host", "content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
     "accept", "accept-encoding", "cookie", "te", "upgrade", "expect", "mcp-session-id",
-    "mcp-protocol-version", "last-event-id",
+    "mcp-protocol-version", "mcp-method", "mcp-name", "last-event-id",
 })
 
 
@@ -229,6 +229,9 @@ class McpDeclaration(_Model):
                 raise ValueError(f"secret {item.secret!r}: an http server receives secrets as 'header'")
             if item.env is not None and item.env in self.env:
                 raise ValueError(f"secret {item.secret!r} would overwrite env {item.env!r}")
+        headers = [item.header.lower() for item in self.secrets if item.header is not None]
+        if len(set(headers)) != len(headers):
+            raise ValueError("two secrets are sent in the same header")
         if not stdio and (self.env or self.limits.memory_bytes is not None):
             raise ValueError("'env' and 'limits.memory_bytes' apply to stdio servers only")
         return self

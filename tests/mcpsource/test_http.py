@@ -292,6 +292,9 @@ def test_secret_header_cannot_replace_a_host_owned_header(header: str) -> None:
     assert refused.value.code == "MANIFEST_INVALID"
     doc["secrets"][0]["header"] = "X-Api-Key"  # an ordinary header name is accepted
     assert McpDeclaration.from_json(json.dumps(doc).encode()).secrets[0].header == "X-Api-Key"
+    doc["secrets"].append({"secret": "other", "header": "x-api-key"})  # one header, two secrets
+    with pytest.raises(StockadeError):
+        McpDeclaration.from_json(json.dumps(doc).encode())
 
 
 @pytest.mark.parametrize(("url", "reason"), [
