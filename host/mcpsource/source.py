@@ -360,8 +360,18 @@ def _open_http(
             f"MCP source {decl.name}: the http transport needs the official MCP SDK",
             source=decl.name, reason="unsupported_transport", hint="pip install 'stockade[mcp]'",
         ) from None
-    headers = [(item.header, item.prefix + staged[item.secret].reveal())
-               for item in decl.secrets if item.header is not None]
+    headers = []
+    for item in decl.secrets:
+        if item.header is None:
+            continue
+        value = item.prefix + staged[item.secret].reveal()
+        if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F or ord(ch) > 0xFF for ch in value):
+            raise CredentialUnavailable(  # not a valid header value: never sent, never mangled
+                f"MCP source {decl.name}: secret {item.secret!r} cannot be sent in header {item.header}: "
+                "it holds control or non-Latin-1 characters",
+                hint="Store the secret's exact header value (no line breaks).", secret=item.secret,
+            )
+        headers.append((item.header, value))
     return HttpConnection(
         name=decl.name, url=transport.url, headers=headers, network=network,
         max_message_bytes=decl.limits.max_output_bytes, timeout_s=decl.limits.startup_timeout_ms / 1000,

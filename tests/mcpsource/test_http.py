@@ -337,3 +337,11 @@ def test_certificate_from_an_untrusted_ca_is_refused_mitm(http_world: HttpWorld)
         http_world.pin(network=untrusted)
     assert refused.value.code == "MCP_UNAVAILABLE" and refused.value.details["reason"] == "unreachable"
     assert "CERTIFICATE_VERIFY_FAILED" in refused.value.message
+
+
+def test_secret_that_is_not_a_header_value_is_refused_before_sending(http_world: HttpWorld) -> None:
+    http_world.secrets.set("ops", "mcp-test", "api_token", f"{TOKEN}\u2713")  # not Latin-1
+    with pytest.raises(StockadeError) as refused:
+        http_world.pin()
+    assert refused.value.code == "CREDENTIAL_UNAVAILABLE"
+    assert TOKEN not in refused.value.message
