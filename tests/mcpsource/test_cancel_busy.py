@@ -19,10 +19,10 @@ from tests.mcpsource.fifos import Signal
 def _blocking(world: McpWorld, **limits: Any) -> tuple[Signal, Signal]:
     started, stopped = Signal(world.root / "started"), Signal(world.root / "cancelled")
     world.behave(started_fifo=str(started.path), cancelled_fifo=str(stopped.path))
-    if limits:
-        decl = declaration(world.root, **limits)
-        pinned = pin_source(decl, state_dir=world.root / "s2", secrets=world.secrets, review=REVIEW)
-        add_mcp(world.lock, pinned.pin)
+    # A long call timeout: on a loaded machine the call must end by cancellation, not by timeout.
+    decl = declaration(world.root, **({"call_timeout_ms": 120_000} | limits))
+    pinned = pin_source(decl, state_dir=world.root / "s2", secrets=world.secrets, review=REVIEW)
+    add_mcp(world.lock, pinned.pin)
     return started, stopped
 
 

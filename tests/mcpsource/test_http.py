@@ -78,7 +78,7 @@ class HttpWorld:
             "transport": {"type": "http", "url": self.url(path)},
             "secrets": [{"secret": "api_token", "header": "Authorization", "prefix": "Bearer "}],
             "secrets_scope": {"project": "ops", "subject": "mcp-test"},
-            "limits": {"call_timeout_ms": 5000, "max_output_bytes": 64 * 1024, "max_concurrent_calls": 4}
+            "limits": {"call_timeout_ms": 30000, "max_output_bytes": 64 * 1024, "max_concurrent_calls": 4}
             | limits,
         }
         return McpDeclaration.from_json(json.dumps(doc).encode())
@@ -133,8 +133,7 @@ def http_world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[HttpW
     finally:
         for host in world.hosts:
             host.close()
-        if proc.poll() is None:
-            world.stop_server()
+        world.stop_server()  # closes its stdin even when the server already exited
         proc.stdout.close()
 
 
