@@ -199,8 +199,8 @@ class McpSource:
             self._conn, self.offered, self.drift = conn, frozenset(offered), tuple(drift)
             self.connects += 1
             _append(self._audit, "mcp.connected", {
-                "source": self.name, "pid": conn.pid, "offered": sorted(offered),
-                "restart": self.connects > 1,
+                "source": self.name, "transport": self._decl.transport.type, "pid": conn.pid,
+                "offered": sorted(offered), "restart": self.connects > 1,
             })
             if drift:
                 # A hostile server may put the secrets it was given into a description.

@@ -149,7 +149,7 @@ def test_http_source_is_pinned_and_called_through_the_pipeline(http_world: HttpW
     added = host.call(request("test.add", {"a": 2, "b": 40}))
     assert added.ok and added.output == {"sum": 42}
     connected = http_world.records("mcp.connected")[-1]
-    assert connected["source"] == "test" and connected["pid"] is None
+    assert (connected["source"], connected["transport"], connected["pid"]) == ("test", "http", None)
     assert http_world.records("call.outcome")[-1]["ok"] is True
 
 
