@@ -25,10 +25,11 @@ from host.adapters.schemas import check_model_names
 from host.audit import AuditLog
 from host.auditkey import AuditKey
 from host.config import HostConfig
-from host.egress.policy import EgressPolicy
+from host.egress.policy import EgressPolicy, Resolver, system_resolver
 from host.lock import LoadedLock, TrustedKeys, load_lock
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.pin import PinnedSource, load_pinned_sources
+from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
 from host.registry import FrozenRegistry
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
@@ -75,9 +76,11 @@ def load_generation(
     secrets: SecretsStore | None,
     progress: Callable[[ProgressEvent], None] | None,
     unsafe_accept_rollback: bool,
+    resolver: Resolver | None = None,
 ) -> Generation:
     """Steps 2–4 of a verified lock: compile, build the registry, accept the generation,
-    then start the pinned MCP servers. On failure the runtime and the servers started
+    then start the pinned MCP servers (HTTP ones reached through ``resolver`` and the
+    config's CA file and loopback opt-in). On failure the runtime and the servers started
     are closed (the store is the caller's) and the error propagates.
 
     Raises:
@@ -94,8 +97,9 @@ def load_generation(
         ])
         check_model_names(registry)  # no tool may vanish behind another's model-facing name
         accept_generation(state, loaded, config=config, unsafe_accept_rollback=unsafe_accept_rollback)
+        network = McpNetwork(resolver or system_resolver, config.extra_ca_file, config.unsafe_allow_loopback)
         sources = mcp_hosting.start_sources(
-            pinned, state_dir=config.state_dir, secrets=secrets, audit=state.audit
+            pinned, state_dir=config.state_dir, secrets=secrets, audit=state.audit, network=network
         )
     except BaseException:
         for source in sources.values():

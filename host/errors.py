@@ -18,7 +18,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ApprovalRequired          APPROVAL_REQUIRED       a person must approve this action first
     ├── ApprovalInvalid           APPROVAL_INVALID        approval absent, used, expired or for another action
     ├── ApprovalDenied            APPROVAL_DENIED         a person declined (or dismissed) the approval
-    ├── Busy                      BUSY                    the server is at its concurrency cap
+    ├── Busy                      BUSY                    serve or an MCP source is at its concurrency cap
     ├── CallCancelled             CANCELLED               the caller cancelled the call; the guest was stopped
     ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
     ├── CredentialUnavailable     CREDENTIAL_UNAVAILABLE  a required secret is missing
@@ -230,7 +230,9 @@ class ApprovalDenied(StockadeError):
 
 
 class Busy(StockadeError):
-    """The server already runs as many calls as its concurrency cap allows (not queued)."""
+    """The server (``stockade serve --max-concurrency``) or an MCP source
+    (``limits.max_concurrent_calls``) already runs as many calls as its cap allows; the
+    call is refused at once, not queued."""
 
     code = "BUSY"
     default_hint = "Retry after a running call finishes, or raise --max-concurrency."
@@ -424,7 +426,8 @@ class ArtifactInvalid(StockadeError):
 
 class McpUnavailable(StockadeError):
     """An external MCP server cannot start, crashed, hung up, sent a message over its size
-    limit or malformed JSON-RPC (``details["reason"]``); its process group was killed and
+    limit or malformed JSON-RPC, or (over HTTP) cannot be reached or answered an HTTP error
+    (``details["reason"]``); its process group was killed (or its HTTP session closed) and
     the next call restarts it (with backoff after repeated failures)."""
 
     code = "MCP_UNAVAILABLE"

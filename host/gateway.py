@@ -220,7 +220,7 @@ class Host:
         try:
             generation = load_generation(
                 loaded, pinned, config=config, state=state, secrets=secrets, progress=progress,
-                unsafe_accept_rollback=unsafe_accept_rollback,
+                unsafe_accept_rollback=unsafe_accept_rollback, resolver=resolver,
             )  # fmt: skip
         except BaseException:
             if owns_store:
@@ -441,7 +441,9 @@ class Host:
         report("sandbox_started", {"tool": tool.name})
         if (source := self._mcp.get(tool.binding.package)) is not None:
             timeout_s = limits.timeout_ms / 1000
-            return mcp_hosting.invoke(source, tool.name, call.plan.canonical_input, timeout_s=timeout_s)
+            return mcp_hosting.invoke(
+                source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
+            )
         return self._runtime.run(
             self._packages[tool.binding.package].component,
             tool=tool.name,

@@ -9,6 +9,7 @@ the pipeline (output schema, budget, scrubbing, audit) is the one Wasm tools use
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from host.canonical import parse_json
 from host.manifest import PackageManifest
 from host.mcpsource.pin import PinnedSource
+from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
 from host.registry import Binding
 from host.runtime import SandboxResult, SandboxUsage
@@ -39,27 +41,43 @@ def registry_items(
 
 
 def start_sources(
-    sources: Sequence[PinnedSource], *, state_dir: Path, secrets: SecretsStore | None, audit: AuditSink
+    sources: Sequence[PinnedSource],
+    *,
+    state_dir: Path,
+    secrets: SecretsStore | None,
+    audit: AuditSink,
+    network: McpNetwork | None = None,
 ) -> dict[str, McpSource]:
-    """Start every source and run its rug-pull check (never raises for a failing server)."""
+    """Start every source and run its rug-pull check (never raises for a failing server).
+
+    ``network`` is how HTTP sources are reached (the host's resolver, CA file, loopback opt-in).
+    """
     started: dict[str, McpSource] = {}
     for pinned in sources:
-        source = McpSource(pinned, state_dir=state_dir, secrets=secrets, audit=audit)
+        source = McpSource(pinned, state_dir=state_dir, secrets=secrets, audit=audit, network=network)
         source.connect()
         started[source.name] = source
     return started
 
 
-def invoke(source: McpSource, tool: str, canonical_input: bytes, *, timeout_s: float) -> SandboxResult:
+def invoke(
+    source: McpSource,
+    tool: str,
+    canonical_input: bytes,
+    *,
+    timeout_s: float,
+    cancel: threading.Event | None = None,
+) -> SandboxResult:
     """Call ``tool`` of ``source`` with the canonical input (already checked against the pin).
 
     Raises:
-        McpToolChanged, McpTimeout, McpUnavailable, ToolFailed, OutputInvalid,
-        CredentialUnavailable: see :meth:`McpSource.call`.
+        Busy, CallCancelled, McpToolChanged, McpTimeout, McpUnavailable, ToolFailed,
+        OutputInvalid, CredentialUnavailable, EgressDenied: see :meth:`McpSource.call`.
     """
     started = time.monotonic()
     arguments = parse_json(canonical_input)
-    output = source.call(tool, arguments if isinstance(arguments, Mapping) else {}, timeout_s=timeout_s)
+    mapping = arguments if isinstance(arguments, Mapping) else {}
+    output = source.call(tool, mapping, timeout_s=timeout_s, cancel=cancel)
     wall_ms = (time.monotonic() - started) * 1000
     usage = SandboxUsage(fuel_consumed=0, wall_ms=wall_ms, log_bytes=0, log_truncated=False)
     return SandboxResult(output=output, log=(), usage=usage)

@@ -6,9 +6,9 @@ Three documents, each versioned and parsed strictly (unknown fields refused):
   ``version``, the ``transport`` (``stdio``: absolute ``command``, ``args``, optional
   ``cwd``; or ``http``: an ``https`` ``url``), the plain ``env`` it gets, the ``secrets``
   it may receive (each from the secrets store under ``secrets_scope``, delivered as an
-  environment variable for stdio or an HTTP header for http — values never appear in the
-  file), and its ``limits`` (call timeout, answer bytes, concurrent calls, optional
-  address-space bytes for stdio).
+  environment variable for stdio or an HTTP header for http, never one the host or the
+  SDK sets — values never appear in the file), and its ``limits`` (call timeout, answer
+  bytes, concurrent calls, optional address-space bytes for stdio).
 - **Pin** (``stockade.mcp-pin/1``, written by ``stockade lock add-mcp``): the declaration
   plus, for every tool the server listed and the reviewer accepted, its remote ``name``,
   the namespaced Stockade name ``<source>.<name>``, the exact ``definition`` the server
@@ -103,6 +103,25 @@ def _env_name(value: str) -> str:
     return value
 
 
+_HEADER_TOKEN: Final = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+# Headers the host or the SDK set: a credential may never replace them.
+_RESERVED_HEADERS: Final = frozenset({
+    "host", "content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
+    "accept", "accept-encoding", "cookie", "te", "upgrade", "expect", "mcp-session-id",
+    "mcp-protocol-version", "mcp-method", "mcp-name", "last-event-id",
+})
+
+
+def _header_name(value: str) -> str:
+    if not value or not set(value) <= _HEADER_TOKEN:
+        raise ValueError(f"{value[:80]!r} is not an HTTP header name")
+    if value.lower() in _RESERVED_HEADERS:
+        raise ValueError(f"header {value!r} is set by the host; a secret cannot be sent in it")
+    return value
+
+
 def _plain(value: str) -> str:
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value) or "\x00" in value:
         raise ValueError("may not hold control characters")
@@ -159,7 +178,7 @@ class SecretDelivery(_Model):
 
     secret: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]{0,63}$")]
     env: EnvName | None = None
-    header: Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_env_name)] | None = None
+    header: Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_header_name)] | None = None
     prefix: Annotated[str, Field(max_length=64), AfterValidator(_plain)] = ""
 
     @model_validator(mode="after")
@@ -210,6 +229,9 @@ class McpDeclaration(_Model):
                 raise ValueError(f"secret {item.secret!r}: an http server receives secrets as 'header'")
             if item.env is not None and item.env in self.env:
                 raise ValueError(f"secret {item.secret!r} would overwrite env {item.env!r}")
+        headers = [item.header.lower() for item in self.secrets if item.header is not None]
+        if len(set(headers)) != len(headers):
+            raise ValueError("two secrets are sent in the same header")
         if not stdio and (self.env or self.limits.memory_bytes is not None):
             raise ValueError("'env' and 'limits.memory_bytes' apply to stdio servers only")
         return self

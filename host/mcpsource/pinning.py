@@ -31,6 +31,7 @@ from host.mcpsource.pin import (
     pinned_manifest,
     tool_digest,
 )
+from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import list_tools, start_server
 from host.secrets import SecretsStore
 
@@ -97,14 +98,19 @@ def pin_source(
     secrets: SecretsStore | None,
     review: Mapping[str, tuple[Effect, Risk]],
     ceilings: Ceilings = DEFAULT_CEILINGS,
+    network: McpNetwork | None = None,
 ) -> PinResult:
-    """Start the declared server once, list its tools, pin them and stop it.
+    """Start the declared server (or open its HTTP session) once, list its tools, pin them, stop.
+
+    ``network`` is how an HTTP source is reached (default: the system resolver and trust
+    store, no loopback), through the same egress rules a host applies.
 
     Raises:
         McpUnavailable, McpTimeout, CredentialUnavailable: the server cannot be reached.
+        EgressDenied, EgressUnreachable: an HTTP endpoint refused by the egress rules.
         ValueError: ``review`` names an unknown tool.
     """
-    conn, _ = start_server(decl, state_dir=state_dir, secrets=secrets)
+    conn, _ = start_server(decl, state_dir=state_dir, secrets=secrets, network=network)
     try:
         live = list_tools(conn, decl)
     finally:

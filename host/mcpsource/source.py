@@ -1,13 +1,17 @@
 """One pinned MCP source at run time: connect, compare with the pin, call, restart.
 
-:class:`McpSource` owns at most one server process (:class:`StdioConnection`). Every
+:class:`McpSource` owns at most one session with its server: a process it started
+(:class:`~host.mcpsource.stdio.StdioConnection`) or a Streamable HTTP session reached
+through the host's egress rules (:class:`~host.mcpsource.http.HttpConnection`). Every
 (re)connect lists the server's tools and compares each with its pin (rug-pull check,
 issue 15 item 2): a tool whose digest differs, or that disappeared, is withheld
 (calls fail MCP_TOOL_CHANGED), a tool the pin does not name is never offered, and the
 differences are kept in :attr:`McpSource.drift` and written to the audit log
 (``mcp.drift``). A server that failed is restarted on the next call: at once after the
 first failure, then with exponential backoff (0.5 s doubling, capped at 30 s) while
-failures repeat; a successful call resets it.
+failures repeat; a successful call resets it. At most ``max_concurrent_calls`` calls are
+in flight to one source; one more is refused at once with ``BUSY`` (not queued). A
+cancelled call sends ``notifications/cancelled`` to the server and ends ``CANCELLED``.
 
 Example::
 
@@ -28,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from host.canonical import canonical_json
 from host.errors import (
+    Busy,
     CredentialUnavailable,
-    McpTimeout,
     McpToolChanged,
     McpUnavailable,
     OutputInvalid,
@@ -37,6 +41,7 @@ from host.errors import (
     ToolFailed,
 )
 from host.mcpsource.pin import (
+    HttpTransport,
     McpDeclaration,
     McpPin,
     PinnedSource,
@@ -44,6 +49,7 @@ from host.mcpsource.pin import (
     definition_of,
     tool_digest,
 )
+from host.mcpsource.rpc import Connection, McpNetwork
 from host.mcpsource.stdio import StdioConnection
 from host.redact import Redactor
 from host.secrets import SecretsStore, SecretValue
@@ -121,6 +127,7 @@ class McpSource:
         state_dir: the host's state directory (private working dirs live under it).
         secrets: the secrets store (the source's secrets are read under ``secrets_scope``).
         audit: where connects, drift and restarts are recorded.
+        network: how an HTTP source is reached (the host's resolver, CA file, loopback opt-in).
         clock: monotonic clock (injectable for backoff tests).
     """
 
@@ -131,8 +138,10 @@ class McpSource:
         state_dir: Path,
         secrets: SecretsStore | None,
         audit: AuditSink,
+        network: McpNetwork | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._network = network or McpNetwork()
         self.pinned = pinned
         self.name = pinned.pin.source.name
         self._decl = pinned.pin.source
@@ -143,7 +152,7 @@ class McpSource:
         self._clock = clock
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._decl.limits.max_concurrent_calls)
-        self._conn: StdioConnection | None = None
+        self._conn: Connection | None = None
         self._failures = 0
         self._next_attempt = 0.0
         self._staged: dict[str, SecretValue] = {}
@@ -162,7 +171,7 @@ class McpSource:
             record = {"source": self.name, "code": exc.code, "message": exc.message}
             _append(self._audit, "mcp.unavailable", record)
 
-    def _ensure(self) -> StdioConnection:
+    def _ensure(self) -> Connection:
         with self._lock:
             if self._conn is not None and self._conn.alive:
                 return self._conn
@@ -180,7 +189,8 @@ class McpSource:
                 )
             try:
                 decl, state_dir = self._decl, self._state_dir
-                conn, self._staged = start_server(decl, state_dir=state_dir, secrets=self._secrets)
+                conn, self._staged = start_server(decl, state_dir=state_dir, secrets=self._secrets,
+                                                  network=self._network)
                 tools = list_tools(conn, self._decl)
             except StockadeError:
                 self._failed()
@@ -189,8 +199,8 @@ class McpSource:
             self._conn, self.offered, self.drift = conn, frozenset(offered), tuple(drift)
             self.connects += 1
             _append(self._audit, "mcp.connected", {
-                "source": self.name, "pid": conn.pid, "offered": sorted(offered),
-                "restart": self.connects > 1,
+                "source": self.name, "transport": self._decl.transport.type, "pid": conn.pid,
+                "offered": sorted(offered), "restart": self.connects > 1,
             })
             if drift:
                 # A hostile server may put the secrets it was given into a description.
@@ -210,23 +220,34 @@ class McpSource:
         """The secrets the running server received (for scrubbing answers and records)."""
         return dict(self._staged)
 
-    def call(self, tool: str, arguments: Mapping[str, Any], *, timeout_s: float) -> str:
+    def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: threading.Event | None = None,
+    ) -> str:
         """Call one pinned tool; return its output as canonical JSON text.
 
         Raises:
+            Busy: ``max_concurrent_calls`` calls are already in flight (not queued).
+            CallCancelled: ``cancel`` was set; the server was sent ``notifications/cancelled``.
             McpToolChanged: the tool is withheld (its live definition differs from the pin).
-            McpTimeout: no answer (or no free call slot) within ``timeout_s``.
+            McpTimeout: no answer within ``timeout_s``.
             McpUnavailable: the server cannot start, crashed, or broke the protocol.
             ToolFailed: the server answered ``isError`` or a JSON-RPC error.
             OutputInvalid: the answer is not a tool result, or holds non-text content for a
                 tool without an output schema, or lacks structured content for one with.
             CredentialUnavailable: a declared secret is not stored.
         """
-        if not self._slots.acquire(timeout=timeout_s):
-            raise McpTimeout(
-                f"MCP source {self.name} had no free call slot within {timeout_s:g} s "
-                f"(max_concurrent_calls {self._decl.limits.max_concurrent_calls})",
-                source=self.name, reason="busy",
+        if not self._slots.acquire(blocking=False):
+            cap = self._decl.limits.max_concurrent_calls
+            raise Busy(
+                f"MCP source {self.name} already runs {cap} call(s), its max_concurrent_calls",
+                hint="Retry after a running call finishes, or raise limits.max_concurrent_calls "
+                "in the declaration and re-pin.",
+                source=self.name, max_concurrent_calls=cap,
             )
         try:
             conn = self._ensure()  # a restart is bounded by startup_timeout_ms, not by timeout_s
@@ -235,7 +256,8 @@ class McpSource:
                 raise self._withheld(tool)
             params = {"name": self._remote[tool], "arguments": dict(arguments)}
             try:
-                result = conn.request("tools/call", params, timeout_s=max(0.001, deadline - time.monotonic()))
+                result = conn.request("tools/call", params, timeout_s=max(0.001, deadline - time.monotonic()),
+                                      cancel=cancel)
             except McpUnavailable as exc:
                 if exc.details.get("reason") == "rpc_error":
                     raise ToolFailed(exc.message, tool=tool) from None
@@ -294,22 +316,24 @@ def _append(audit: AuditSink, kind: str, payload: Mapping[str, Any]) -> None:
 
 
 def start_server(
-    decl: McpDeclaration, *, state_dir: Path, secrets: SecretsStore | None
-) -> tuple[StdioConnection, dict[str, SecretValue]]:
-    """Start a declared stdio server with its secrets; return it and the staged secrets.
+    decl: McpDeclaration, *, state_dir: Path, secrets: SecretsStore | None, network: McpNetwork | None = None
+) -> tuple[Connection, dict[str, SecretValue]]:
+    """Start a declared stdio server, or open an HTTP session, with its secrets.
+
+    Returns the session and the staged secrets (what the server received, for scrubbing).
 
     Raises:
         CredentialUnavailable: a declared secret is not stored under ``secrets_scope``.
-        McpUnavailable, McpTimeout: the server cannot start or finish the handshake.
+        McpUnavailable, McpTimeout: the server cannot start or finish the handshake
+            (``unsupported_transport``: an http source without the ``mcp`` extra).
+        EgressDenied, EgressUnreachable: an http endpoint refused by the egress rules.
     """
     transport = decl.transport
-    if not isinstance(transport, StdioTransport):
-        raise McpUnavailable(
-            f"MCP source {decl.name}: the http transport is not supported by this host yet",
-            source=decl.name, reason="unsupported_transport",
-        )
-    env = dict(decl.env)
     staged = _stage(decl, secrets)
+    if isinstance(transport, HttpTransport):
+        return _open_http(decl, transport, staged, network or McpNetwork()), staged
+    assert isinstance(transport, StdioTransport)
+    env = dict(decl.env)
     for item in decl.secrets:
         if item.env is not None:
             env[item.env] = staged[item.secret].reveal()
@@ -324,6 +348,34 @@ def start_server(
         timeout_s=decl.limits.startup_timeout_ms / 1000,
     )
     return conn, staged
+
+
+def _open_http(
+    decl: McpDeclaration, transport: HttpTransport, staged: Mapping[str, SecretValue], network: McpNetwork
+) -> Connection:
+    try:
+        from host.mcpsource.http import HttpConnection  # noqa: PLC0415 - needs the mcp extra
+    except ImportError:
+        raise McpUnavailable(
+            f"MCP source {decl.name}: the http transport needs the official MCP SDK",
+            source=decl.name, reason="unsupported_transport", hint="pip install 'stockade[mcp]'",
+        ) from None
+    headers = []
+    for item in decl.secrets:
+        if item.header is None:
+            continue
+        value = item.prefix + staged[item.secret].reveal()
+        if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F or ord(ch) > 0xFF for ch in value):
+            raise CredentialUnavailable(  # not a valid header value: never sent, never mangled
+                f"MCP source {decl.name}: secret {item.secret!r} cannot be sent in header {item.header}: "
+                "it holds control or non-Latin-1 characters",
+                hint="Store the secret's exact header value (no line breaks).", secret=item.secret,
+            )
+        headers.append((item.header, value))
+    return HttpConnection(
+        name=decl.name, url=transport.url, headers=headers, network=network,
+        max_message_bytes=decl.limits.max_output_bytes, timeout_s=decl.limits.startup_timeout_ms / 1000,
+    )
 
 
 def _stage(decl: McpDeclaration, secrets: SecretsStore | None) -> dict[str, SecretValue]:
@@ -351,7 +403,7 @@ def _workdir(state_dir: Path, name: str) -> Path:
     return path
 
 
-def list_tools(conn: StdioConnection, decl: McpDeclaration) -> list[Mapping[str, Any]]:
+def list_tools(conn: Connection, decl: McpDeclaration) -> list[Mapping[str, Any]]:
     """Every tool the server lists (at most 16 pages).
 
     Raises:

@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from host.errors import McpTimeout, McpUnavailable
+from host.mcpsource.rpc import cancelled, wait_answer
 
 __all__ = ["StdioConnection"]
 
@@ -217,13 +219,23 @@ class StdioConnection:
 
     # -- requests ------------------------------------------------------------------------
 
-    def request(self, method: str, params: Mapping[str, Any], *, timeout_s: float) -> Any:
+    def request(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: threading.Event | None = None,
+    ) -> Any:
         """Send one request and wait for its result, at most ``timeout_s``.
 
         Raises:
             McpTimeout: no answer in time (the server is killed: it may be wedged).
+            CallCancelled: ``cancel`` was set; the server was sent ``notifications/cancelled``
+                and keeps running.
             McpUnavailable: the server died, broke the protocol, or answered a JSON-RPC error.
         """
+        deadline = time.monotonic() + timeout_s
         pending = _Pending()
         with self._lock:
             if self._failure is not None:
@@ -232,7 +244,13 @@ class StdioConnection:
             self._pending[request_id] = pending
         try:
             self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)})
-            if not pending.done.wait(timeout_s):
+            outcome = wait_answer(pending.done, deadline, cancel)
+            if outcome == "cancelled":
+                with contextlib.suppress(McpUnavailable):
+                    self.notify("notifications/cancelled",
+                                {"requestId": request_id, "reason": "the caller cancelled the call"})
+                raise cancelled(self.name, method)
+            if outcome == "timeout":
                 timeout = McpTimeout(
                     f"MCP source {self.name} did not answer {method} within {timeout_s:g} s; "
                     "the server was stopped and will be restarted",

@@ -23,7 +23,8 @@ SERVER = Path(__file__).with_name("server.py")
 ALICE = Principal(project="p", subject="alice")
 TOKEN = "tok-5f3a9c1e7d2b4a60"  # staged into the server's env as API_TOKEN
 READ = (Effect.READ, Risk.LOW)
-REVIEW = {name: READ for name in ("echo", "add", "hang", "big", "leak", "fail", "crash", "garble", "whoami")}
+REVIEW = {name: READ for name in ("echo", "add", "hang", "big", "leak", "fail", "crash", "garble", "whoami",
+                                   "block")}
 TOOLS = tuple(f"test.{name}" for name in REVIEW)
 
 

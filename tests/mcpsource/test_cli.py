@@ -71,3 +71,24 @@ def test_changed_server_shows_drift_and_repin_shows_in_diff(tmp_path: Path) -> N
     described = [c for c in changes if c["kind"] == "mcp.tool.definition"]
     assert described[0]["tool"] == "test.echo" and described[0]["new"] == POISON
     assert all(c["kind"] != "mcp.tool.effect" for c in changes)  # the earlier review was kept
+
+
+def test_add_mcp_reaches_an_http_source_only_through_the_egress_rules(tmp_path: Path) -> None:
+    state, _ = _workspace(tmp_path)
+    decl = tmp_path / "http.mcp.json"
+    decl.write_text(json.dumps({
+        "format": "stockade.mcp/1", "name": "remote", "version": "1.0.0",
+        "transport": {"type": "http", "url": "https://mcp.stockade.invalid/mcp"},  # RFC 6761: never resolves
+        "secrets": [{"secret": "api_token", "header": "X-Api-Key"}],
+        "secrets_scope": {"project": "ops", "subject": "mcp-test"},
+        "limits": {"call_timeout_ms": 5000, "max_output_bytes": 65536, "max_concurrent_calls": 2},
+    }))
+    proc = run_cli("lock", "add-mcp", str(decl), "--state-dir", str(state), cwd=tmp_path, env=cli_env())
+    assert proc.returncode == 1
+    assert "error: EGRESS_UNREACHABLE" in proc.stderr and "MCP source remote" in proc.stderr
+    assert not (tmp_path / "stockade.lock").exists()
+    private = decl.read_text().replace("mcp.stockade.invalid", "10.0.0.7")  # an IP literal: SSRF
+    decl.write_text(private)
+    refused = run_cli("lock", "add-mcp", str(decl), "--state-dir", str(state), cwd=tmp_path, env=cli_env())
+    assert refused.returncode == 1 and "error: EGRESS_DENIED" in refused.stderr
+    assert TOKEN not in refused.stderr + proc.stderr

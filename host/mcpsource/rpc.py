@@ -1,0 +1,87 @@
+"""What the stdio and HTTP connections of a source share: waiting for an answer, cancelling.
+
+:func:`wait_answer` waits for a request's answer until its deadline and, while it waits,
+watches the call's cancel event (set by ``Host.call``'s caller, or by ``stockade serve``
+when the agent's client cancels). A cancelled request is abandoned with a
+``notifications/cancelled`` to the server (MCP's cancellation; the server stops the
+handler) and :func:`cancelled` is raised: the connection itself stays usable.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol, final
+
+from host.egress.policy import Resolver, system_resolver
+from host.errors import CallCancelled
+
+__all__ = ["CANCEL_POLL_S", "Connection", "McpNetwork", "cancelled", "wait_answer"]
+
+CANCEL_POLL_S: Final = 0.01  # s, how often a waiting request looks at its cancel event
+
+@final
+@dataclass(frozen=True, slots=True)
+class McpNetwork:
+    """The host's network settings an HTTP source is reached with.
+
+    Args:
+        resolver: the DNS port (``Host.open``'s ``resolver``).
+        ca_file: ``HostConfig.extra_ca_file`` (trusted besides the system store).
+        allow_loopback: ``HostConfig.unsafe_allow_loopback`` (TEST ONLY).
+    """
+
+    resolver: Resolver = field(default=system_resolver)
+    ca_file: Path | None = None
+    allow_loopback: bool = False
+
+
+class Connection(Protocol):
+    """A running session with one server (stdio process or HTTP endpoint)."""
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (``None`` for an HTTP server)."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the session is usable."""
+
+    def request(
+        self, method: str, params: dict[str, Any], *, timeout_s: float, cancel: threading.Event | None = None
+    ) -> Any:
+        """Send one request and return its result (see the implementations)."""
+
+    def close(self) -> None:
+        """End the session. Idempotent."""
+
+
+def wait_answer(
+    done: threading.Event, deadline: float, cancel: threading.Event | None
+) -> Literal["done", "timeout", "cancelled"]:
+    """Wait until ``done`` is set, ``deadline`` (``time.monotonic()``) passes or ``cancel`` is set.
+
+    Without a cancel event this is one ``Event.wait``; with one, the wait is cut into
+    slices of :data:`CANCEL_POLL_S` (an event cannot wake another's waiter).
+    """
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "done" if done.is_set() else "timeout"
+        if cancel is None:
+            return "done" if done.wait(remaining) else "timeout"
+        if done.wait(min(remaining, CANCEL_POLL_S)):
+            return "done"
+        if cancel.is_set():
+            return "cancelled"
+
+
+def cancelled(name: str, method: str) -> CallCancelled:
+    """The error of a request abandoned because its call was cancelled."""
+    return CallCancelled(
+        f"the call was cancelled while MCP source {name} worked on {method}; "
+        "the server was sent notifications/cancelled",
+        source=name,
+    )
