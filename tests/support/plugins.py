@@ -2,7 +2,7 @@
 
 ``build_test_plugin("echo_py")`` builds ``tests/plugins/echo_py`` with
 :func:`sdk.build.build_project` and returns its :class:`~sdk.build.BuildResult`. Modules
-are cached in ``<repo>/.stockade-cache/plugins`` (gitignored) by the build's own source
+are cached in ``<repo>/.stockade-cache/stockade/builds`` (gitignored) by the build's own source
 digest, so a plugin is rebuilt only when its sources, the SDK, the WIT or the toolchain
 change; within one process each plugin is built once. A file lock keeps two concurrent
 test sessions from building the same plugin at the same time. Bundles are written to a
@@ -56,15 +56,19 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLUGINS_DIR = REPO_ROOT / "tests" / "plugins"
-CACHE_DIR = REPO_ROOT / ".stockade-cache" / "plugins"
+CACHE_DIR = REPO_ROOT / ".stockade-cache" / "stockade" / "builds"
+"""The build cache of the session's per-user cache (tests/conftest.py points XDG_CACHE_HOME
+at ``.stockade-cache``): the harness, ``stockade build``/``test`` and these builds share it,
+so a plugin built here is not built again by a CLI or harness test (and vice versa)."""
+_LOCK_DIR = REPO_ROOT / ".stockade-cache" / "plugins"
 WASI_WIT = REPO_ROOT / "node_modules" / "@bytecodealliance" / "jco" / "lib" / "wit" / "builtin" / "0.2.12"
 SDK_WIT = REPO_ROOT / "sdk" / "wit" / "stockade.wit"
 
 
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with (CACHE_DIR / f"{name}.lock").open("w") as handle:
+    _LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    with (_LOCK_DIR / f"{name}.lock").open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
