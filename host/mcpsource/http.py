@@ -53,7 +53,7 @@ from mcp_types import (
 
 from host.errors import EgressDenied, McpTimeout, McpUnavailable, StockadeError
 from host.mcpsource.egress import SourceTransport, endpoint_policy
-from host.mcpsource.rpc import McpNetwork, cancelled, wait_answer
+from host.mcpsource.rpc import McpNetwork, Pending, cancelled, wait_answer
 
 __all__ = ["HttpConnection"]
 
@@ -62,15 +62,6 @@ _log = logging.getLogger("stockade.mcpsource")
 PROTOCOL_VERSION: Final = "2025-11-25"  # the handshake era, as for stdio
 _VERSION_HEADER: Final = "mcp-protocol-version"
 _CLOSE_GRACE_S: Final = 2.0  # s a clean close may spend ending the session (DELETE)
-
-
-class _Pending:
-    __slots__ = ("done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: StockadeError | None = None
 
 
 @final
@@ -108,7 +99,7 @@ class HttpConnection:
         self._max = max_message_bytes
         self._timeout_s = timeout_s
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._lock = threading.Lock()
         self._failure: StockadeError | None = None
         self._version = PROTOCOL_VERSION
@@ -254,7 +245,7 @@ class HttpConnection:
                 the server answered a JSON-RPC error (``reason`` ``rpc_error``).
         """
         deadline = time.monotonic() + timeout_s
-        pending = _Pending()
+        pending = Pending()
         with self._lock:
             if self._failure is not None:
                 raise self._failure

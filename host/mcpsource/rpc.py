@@ -16,11 +16,22 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol, final
 
 from host.egress.policy import Resolver, system_resolver
-from host.errors import CallCancelled
+from host.errors import CallCancelled, StockadeError
 
-__all__ = ["CANCEL_POLL_S", "Connection", "McpNetwork", "cancelled", "wait_answer"]
+__all__ = ["CANCEL_POLL_S", "Connection", "McpNetwork", "Pending", "cancelled", "wait_answer"]
 
 CANCEL_POLL_S: Final = 0.01  # s, how often a waiting request looks at its cancel event
+
+
+class Pending:
+    """One request waiting for its answer: ``done`` is set once ``result`` or ``error`` is."""
+
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: StockadeError | None = None
 
 @final
 @dataclass(frozen=True, slots=True)

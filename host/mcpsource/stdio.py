@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from host.errors import McpTimeout, McpUnavailable
-from host.mcpsource.rpc import cancelled, wait_answer
+from host.mcpsource.rpc import Pending, cancelled, wait_answer
 
 __all__ = ["StdioConnection"]
 
@@ -121,15 +121,6 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-class _Pending:
-    __slots__ = ("done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Any = None
-        self.error: McpUnavailable | None = None
-
-
 @final
 class StdioConnection:
     """One running server process and its JSON-RPC session (initialize already done).
@@ -163,7 +154,7 @@ class StdioConnection:
         self.name = name
         self._max = max_message_bytes
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._failure: McpUnavailable | None = None
@@ -236,7 +227,7 @@ class StdioConnection:
             McpUnavailable: the server died, broke the protocol, or answered a JSON-RPC error.
         """
         deadline = time.monotonic() + timeout_s
-        pending = _Pending()
+        pending = Pending()
         with self._lock:
             if self._failure is not None:
                 raise self._failure
