@@ -72,7 +72,9 @@ __all__ = [
     "Preview",
     "Principal",
     "action_digest",
+    "approval_binds",
     "prepare",
+    "reference_time",
 ]
 
 ACTION_DOMAIN = "stockade/tool-invocation@1"
@@ -453,7 +455,7 @@ def prepare(
         InputInvalid: the input fails the tool's schema (only after policy allowed it).
     """
     req = _validate_envelope(request)
-    reference = _reference_time(now)
+    reference = reference_time(now)
     expires = req.principal.expires_at
     if expires is not None and not expires > reference:  # written so that NaN counts as expired
         raise RequestInvalid("the principal has expired; authenticate again")
@@ -499,7 +501,7 @@ def prepare(
     )
 
 
-def _reference_time(now: float | None) -> float:
+def reference_time(now: float | None) -> float:
     """The one reference time of a check: ``time.time()`` or an injected, finite ``now``.
 
     Raises:
@@ -511,6 +513,17 @@ def _reference_time(now: float | None) -> float:
     if not _is_finite(now):
         raise ValueError("now must be a finite unix time")
     return float(now)
+
+
+def approval_binds(plan: InvocationPlan, approval: Approval, reference: float) -> bool:
+    """Whether ``approval`` names ``plan``'s action, principal and session and is still
+    valid at ``reference`` (the MAC and single use are each backend's own check)."""
+    principal = plan.request.principal
+    ok = hmac.compare_digest(approval.action_digest, plan.action_digest)
+    ok &= (approval.project, approval.subject) == principal.key
+    ok &= approval.session == plan.request.session
+    ok &= approval.expires_at > reference
+    return ok
 
 
 def _is_finite(value: object) -> bool:
@@ -541,7 +554,7 @@ class ApprovalAuthority:
         """
         if not _is_finite(ttl_s) or ttl_s <= 0:
             raise ValueError("ttl_s must be a positive, finite number of seconds")
-        reference = _reference_time(now)
+        reference = reference_time(now)
         principal = plan.request.principal
         fields = {
             "action_digest": plan.action_digest,
@@ -561,14 +574,10 @@ class ApprovalAuthority:
                 or already used. One opaque error for every case.
             ValueError: ``now`` is not finite (caller misuse).
         """
-        reference = _reference_time(now)
-        principal = plan.request.principal
+        reference = reference_time(now)
         fields = approval.model_dump(exclude={"mac"})
         ok = hmac.compare_digest(self._mac(fields), approval.mac)
-        ok &= hmac.compare_digest(approval.action_digest, plan.action_digest)
-        ok &= (approval.project, approval.subject) == principal.key
-        ok &= approval.session == plan.request.session
-        ok &= approval.expires_at > reference
+        ok &= approval_binds(plan, approval, reference)
         with self._lock:
             self._forget_expired(reference)
             ok &= approval.nonce not in self._used

@@ -46,11 +46,8 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
-import secrets as _random
 import select
 import tempfile
 import threading
@@ -71,10 +68,9 @@ from host.audit import (
     encode_for_append,
 )
 from host.auditkey import AuditKey
-from host.canonical import canonical_json
 from host.errors import ApprovalInvalid, AuditUnavailable, StockadeError, StoreUnavailable
 from host.lock import LoadedLock, LockState
-from host.plan import Approval, InvocationPlan
+from host.plan import Approval, ApprovalAuthority, InvocationPlan, approval_binds, reference_time
 from host.store._pg import PROBE_INTERVAL_S, Conn, Database, committing
 from host.store.local import overrides_of
 from host.store.migrations import check_version
@@ -319,28 +315,18 @@ class PgApprovals:
     def __init__(self, db: Database, audit: PgAuditChain) -> None:
         self._db = db
         self._audit = audit
-        self._key = _random.token_bytes(32)
+        # Issues the tokens (same fields, bounds and MAC as the local backend); the row
+        # written below, not this process's key, is what makes a token redeemable fleet-wide.
+        self._tokens = ApprovalAuthority()
 
     def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
         """Record and return an approval of ``plan`` valid for ``ttl_s`` seconds.
 
         Raises:
+            ValueError: ``ttl_s`` is not a positive, finite number, or ``now`` is not finite.
             StoreUnavailable: the approval could not be recorded.
         """
-        if ttl_s <= 0:
-            raise ValueError("ttl_s must be positive")
-        reference = time.time() if now is None else now
-        principal = plan.request.principal
-        fields: dict[str, Any] = {
-            "action_digest": plan.action_digest,
-            "project": principal.project,
-            "subject": principal.subject,
-            "session": plan.request.session,
-            "expires_at": reference + ttl_s,
-            "nonce": _random.token_hex(16),
-        }
-        mac = hmac.new(self._key, canonical_json(fields), hashlib.sha256).hexdigest()
-        approval = Approval(**fields, mac=mac)
+        approval = self._tokens.issue(plan, ttl_s=ttl_s, now=now)
 
         def op(conn: Conn) -> None:
             with committing(conn):
@@ -364,13 +350,7 @@ class PgApprovals:
             AuditUnavailable: the consumption and its record could not be committed
                 (then the approval was not consumed).
         """
-        reference = time.time() if now is None else now
-        principal = plan.request.principal
-        ok = hmac.compare_digest(approval.action_digest, plan.action_digest)
-        ok &= (approval.project, approval.subject) == principal.key
-        ok &= approval.session == plan.request.session
-        ok &= approval.expires_at > reference
-        if not ok:
+        if not approval_binds(plan, approval, reference_time(now)):
             raise ApprovalInvalid("the approval is not valid for this action")
         record = {
             "action_digest": approval.action_digest,

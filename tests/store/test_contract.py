@@ -136,6 +136,26 @@ def test_forged_approval_with_a_fresh_nonce_refused(store: StateStore, plans: di
         store.approvals.redeem(plans["s1"], forged)
 
 
+@pytest.mark.parametrize("ttl_s", [float("inf"), float("nan"), 0.0, -1.0], ids=["inf", "nan", "zero", "negative"])
+def test_approval_that_would_never_expire_is_not_issued(
+    store: StateStore, plans: dict[str, InvocationPlan], ttl_s: float
+) -> None:
+    # Regression (pg_approval_infinite_ttl): the postgres backend wrote its own issue()
+    # and checked only ttl_s <= 0, so ttl_s=inf gave an approval valid for ever
+    # (to_timestamp('Infinity')) and NaN slipped through; both backends share one now.
+    with pytest.raises(ValueError, match="finite"):
+        store.approvals.issue(plans["s1"], ttl_s=ttl_s)
+
+
+def test_approval_redeemed_at_a_non_finite_time_is_refused(
+    store: StateStore, plans: dict[str, InvocationPlan]
+) -> None:
+    approval = store.approvals.issue(plans["s1"])
+    with pytest.raises(ValueError, match="finite"):
+        store.approvals.redeem(plans["s1"], approval, now=float("nan"))
+    store.approvals.redeem(plans["s1"], approval)  # not consumed by the refused attempt
+
+
 # -- rate limits -------------------------------------------------------------------------
 
 
