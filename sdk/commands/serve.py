@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host import FilePolicyEngine, Host, HostConfig, Principal
+from host import FilePolicyEngine, Host, Principal
 from host.audit import AuditLog
 from sdk.commands._common import (
     EXIT_OK,
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     # One store (or audit log) for the whole serve: it stays open across lock generations.
     shared: Any = None
     if spec != "local":
-        shared = open_store_spec(spec, **checkpoint_options(_config(args, root)))
+        shared = open_store_spec(spec, **checkpoint_options(_host_config(args, root)))
     audit = AuditLog(root / "audit.log") if shared is None else None
     try:
         app = StockadeMCP(
@@ -193,19 +193,12 @@ def _verifier(args: argparse.Namespace) -> Any:
     return None
 
 
-def _config(args: argparse.Namespace, root: Path) -> HostConfig:
-    # The same configuration as every other host command (config file's admin_policy_dir,
-    # the per-user artifact cache, --debug): serve once built its own and dropped the
-    # managed cap, so a capped tool was callable through MCP alone.
-    return _host_config(args, root)
-
-
 def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: Any) -> Host:
     """Open (or reopen, on reload) the host; the audit log or the shared store (``--store
     postgresql://…``) stays open across generations."""
     return Host.open(
         args.lock,
-        config=_config(args, root),
+        config=_host_config(args, root),
         secrets=open_secrets(root),
         policy=FilePolicyEngine(root / "policy.json"),
         audit=audit,

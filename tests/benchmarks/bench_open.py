@@ -15,7 +15,7 @@ Rows:
        wall time and process CPU time (all threads); CPU / wall > 1 means compilation used
        more than one core
 
-The plugins are built with the build cache (``.stockade-cache/plugins``); the warm
+The plugins are built with the test build cache (``tests.support.plugins.CACHE_DIR``); the warm
 artifact cache lives in ``.stockade-cache/bench-open-artifacts`` (the first run compiles,
 ~15 s per plugin). Targets: o <= 250 ms; m <= 50 MB per plugin; k: CPU / wall near the
 number of cores.
