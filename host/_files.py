@@ -19,6 +19,11 @@ Invariants:
   and an existing file (even a dangling symlink) is never replaced.
 - **Directory swap** (:func:`replace_dir`): a complete staging directory renamed into
   place, the old one moved aside first and removed after the parent is fsynced.
+- **Trust files** (``trusted=True`` on the reads, :func:`check_trusted`): a file that
+  decides what the host trusts or allows (policy, trusted keys, tokens, the host config
+  file) and the state directory are refused when another user could change them, as
+  OpenSSH refuses such key files: group- or world-writable, owned by another user (root
+  excepted), or in a directory others may write without the sticky bit.
 - **Interprocess lock** (:func:`interprocess_lock`, :func:`open_lock`): an exclusive
   ``flock`` on a lock file; closing the descriptor releases it. Without ``fcntl``
   (non-POSIX) locking is a no-op and callers are single-process.
@@ -60,7 +65,9 @@ __all__ = [
     "FileTooLarge",
     "LockHeld",
     "NotRegularFile",
+    "UnsafePermissions",
     "atomic_write",
+    "check_trusted",
     "create_exclusive",
     "fsync_dir",
     "interprocess_lock",
@@ -81,6 +88,62 @@ class FileTooLarge(OSError):
 
 class NotRegularFile(OSError):
     """A path names a directory, FIFO, device or socket where a regular file belongs."""
+
+
+class UnsafePermissions(PermissionError):
+    """A trust file or directory another user could change (see :func:`check_trusted`)."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(errno.EPERM, message)
+        self.message = message
+        self.hint = hint
+
+
+def _others_may_change(info: os.stat_result) -> str | None:
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+        return f"is writable by {who} (mode {mode:04o})"
+    if hasattr(os, "geteuid") and info.st_uid not in (os.geteuid(), 0):
+        return f"is owned by another user (uid {info.st_uid})"
+    return None
+
+
+def check_trusted(path: Path, info: os.stat_result | None = None, *, what: str) -> None:
+    """Refuse ``path`` (a file or directory) when another user could change it.
+
+    Refused: group- or world-writable; owned by a user other than this one or root; a
+    file in a directory that is group- or world-writable without the sticky bit (such a
+    directory lets others replace the file), or that another user owns.
+
+    Args:
+        path: the trust file or directory.
+        info: its ``fstat`` when already open (checked instead of a new ``stat``).
+        what: its name for the message (``"policy file"``).
+
+    Raises:
+        UnsafePermissions: with the ``chmod``/``chown`` to run as its hint.
+    """
+    info = os.stat(path) if info is None else info
+    problem = _others_may_change(info)
+    if problem is not None:
+        raise UnsafePermissions(
+            f"the {what} {str(path)[:300]} {problem}: another user could change what Stockade "
+            "trusts; refused",
+            f"Run `chmod go-w {path}` (and `chown` it to this user) if its content is yours.",
+        )
+    if stat.S_ISDIR(info.st_mode):
+        return
+    parent = Path(os.path.abspath(path)).parent
+    pinfo = os.stat(parent)
+    pmode = stat.S_IMODE(pinfo.st_mode)
+    owner_problem = hasattr(os, "geteuid") and pinfo.st_uid not in (os.geteuid(), 0)
+    if (pmode & 0o022 and not pmode & stat.S_ISVTX) or owner_problem:
+        raise UnsafePermissions(
+            f"the {what} {str(path)[:300]} is in {str(parent)[:300]}, which another user can change "
+            f"(mode {pmode:04o}, uid {pinfo.st_uid}): they could replace the file; refused",
+            f"Run `chmod go-w {parent}`, or keep the {what} in a directory only you can write.",
+        )
 
 
 class LockHeld(BlockingIOError):
@@ -165,6 +228,7 @@ def open_regular(
     error: type[StockadeError],
     nofollow: bool = False,
     raw_missing: bool = False,
+    trusted: bool = False,
 ) -> BinaryIO:
     """Open a regular file for reading without ever blocking on it or leaking its descriptor.
 
@@ -176,10 +240,12 @@ def open_regular(
         nofollow: refuse a symlink in the last component.
         raw_missing: let a missing file raise the builtin ``FileNotFoundError`` (for
             callers that create the file or treat "absent" as a state) instead of ``error``.
+        trusted: a trust file: refuse it when another user could change it (:func:`check_trusted`).
 
     Raises:
         StockadeError: of class ``error``: missing, a refused symlink, unreadable, not
-            regular (directory, FIFO, device), or too large. No descriptor stays open.
+            regular (directory, FIFO, device), too large, or (``trusted``) changeable by
+            another user. No descriptor stays open.
         FileNotFoundError: only with ``raw_missing=True``.
 
     Returns:
@@ -197,6 +263,12 @@ def open_regular(
     if limit is not None and info.st_size > limit:
         os.close(fd)
         raise error(f"{what} is {info.st_size} bytes, over the limit of {limit}", path=shown)
+    if trusted:
+        try:
+            check_trusted(path, info, what=what)
+        except UnsafePermissions as exc:
+            os.close(fd)
+            raise error(exc.message, hint=exc.hint, path=shown) from None
     return os.fdopen(fd, "rb")
 
 
@@ -208,6 +280,7 @@ def read_regular(
     error: type[StockadeError],
     nofollow: bool = False,
     raw_missing: bool = False,
+    trusted: bool = False,
 ) -> bytes:
     """Read a regular file of at most ``limit`` bytes, once (the StockadeError face).
 
@@ -218,17 +291,21 @@ def read_regular(
         error: the StockadeError class to raise.
         nofollow: refuse a symlink in the last component.
         raw_missing: let a missing file raise the builtin ``FileNotFoundError``.
+        trusted: a trust file: refuse it when another user could change it (:func:`check_trusted`).
 
     Raises:
         StockadeError: of class ``error``: missing, a refused symlink, unreadable, not
-            regular (a directory, FIFO or device), or too large. No descriptor stays open.
+            regular (a directory, FIFO or device), too large, or (``trusted``) changeable
+            by another user. No descriptor stays open.
         FileNotFoundError: only with ``raw_missing=True``.
 
     Returns:
         The bytes.
     """
     shown = str(path)[:300]
-    opened = open_regular(path, limit, what=what, error=error, nofollow=nofollow, raw_missing=raw_missing)
+    opened = open_regular(
+        path, limit, what=what, error=error, nofollow=nofollow, raw_missing=raw_missing, trusted=trusted
+    )
     with opened as handle:
         try:
             return _read_fd(handle.fileno(), limit, path)

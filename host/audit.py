@@ -108,6 +108,7 @@ __all__ = [
     "REDACTED",
     "RESERVED_FIELDS",
     "AuditLog",
+    "CheckpointAnchor",
     "Durability",
     "VerifyReport",
     "check_append_args",
@@ -140,6 +141,27 @@ _KEY_ID = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointAnchor:
+    """The newest signed checkpoint a verification saw: what to keep outside the log's storage.
+
+    Args:
+        seq: the checkpoint record's number.
+        hash: the checkpoint record's own hash (pass it back as ``expected_head``).
+        head: the hash of the record it signs (its predecessor).
+        count: how many records it signs (``seq - 1``).
+        time: its time (Unix seconds, signed).
+        key_id: the audit key that signed it.
+    """
+
+    seq: int
+    hash: str
+    head: str
+    count: int
+    time: int
+    key_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class VerifyReport:
     """The result of :func:`verify`.
 
@@ -155,6 +177,10 @@ class VerifyReport:
         last_checkpoint: ``seq`` of the last such checkpoint, or None.
         unsigned_tail: records after the last checkpoint (covered by no signature).
         closed: the log ends with a ``close`` checkpoint (the writer closed it cleanly).
+        anchor: the newest checkpoint seen (:class:`CheckpointAnchor`), or None. Kept
+            outside the log's storage and passed back as ``expected_head``, it detects
+            records removed from the end later, even when whoever removed them also
+            rewrote the head.
     """
 
     ok: bool
@@ -167,6 +193,7 @@ class VerifyReport:
     last_checkpoint: int | None = None
     unsigned_tail: int = 0
     closed: bool = False
+    anchor: CheckpointAnchor | None = None
 
 
 class _Broken(Exception):
@@ -314,12 +341,13 @@ class _Walk:
     checkpoints: int = 0
     last_checkpoint: int | None = None
     closed: bool = False
+    anchor: CheckpointAnchor | None = None
 
     def report(self, ok: bool, broken: int | None, reason: str, keys_checked: bool) -> VerifyReport:
         signed = self.last_checkpoint or 0
         return VerifyReport(
             ok, self.count, broken, reason, self.prev, keys_checked, self.checkpoints,
-            self.last_checkpoint, self.count - signed, self.closed,
+            self.last_checkpoint, self.count - signed, self.closed, self.anchor,
         )
 
 
@@ -369,6 +397,10 @@ def verify(
                 if record["kind"] == CHECKPOINT_KIND:
                     walk.checkpoints += 1
                     walk.last_checkpoint = number
+                    walk.anchor = CheckpointAnchor(
+                        number, record["hash"], record["head"], record["count"], record["time"],
+                        record["key_id"],
+                    )
                 seen_expected = seen_expected or walk.prev == expected_head
     except AuditUnavailable as exc:
         return walk.report(False, walk.count + 1, f"cannot read the log: {exc.message}", checked)

@@ -59,6 +59,7 @@ from host._callrecords import (
     text,
     usage_of,
 )
+from host._files import UnsafePermissions, check_trusted
 from host._opening import Package, load_generation, local_store, verify_lock
 from host._staging import ReportingEgress, egress_session, limits_for, redactor_for, stage_package_secrets
 from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
@@ -68,7 +69,7 @@ from host.config import HostConfig
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
 from host.egress.transport import TransportFactory
-from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError
+from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError, StoreUnavailable
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.plan import Approval, CallRequest, InvocationPlan, prepare
@@ -206,7 +207,7 @@ class Host:
         """
         if store is not None and audit is not None:
             raise TypeError("pass audit= or store=, not both: the store holds the audit chain")
-        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _open_state_dir(config.state_dir)
         try:
             loaded, pinned = verify_lock(Path(lock), config)
         except BaseException:
@@ -595,6 +596,20 @@ class _Admitted:
     started: float  # time.monotonic() when step 7 began
     staged: Mapping[str, SecretValue] = field(default_factory=dict)
     redactor: Redactor = NO_REDACTION
+
+
+def _open_state_dir(state_dir: Path) -> None:
+    """Create the state directory (0700) or refuse one another user could change.
+
+    Raises:
+        StoreUnavailable: group- or world-writable, or another user's (its policy, accepted
+            generations and audit log would be theirs to rewrite).
+    """
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        check_trusted(state_dir, what="state directory")
+    except UnsafePermissions as exc:
+        raise StoreUnavailable(exc.message, hint=exc.hint, path=str(state_dir)) from None
 
 
 def _no_progress(stage: str, info: Mapping[str, Any]) -> None:

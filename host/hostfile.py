@@ -40,12 +40,14 @@ Example::
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from host._files import UnsafePermissions, check_trusted
 from host.errors import ConfigInvalid
 
 # tomllib is standard from Python 3.11, tomli (the same code) below; imported by name so
@@ -128,12 +130,17 @@ def load_host_file(path: Path) -> HostFile:
 
     Raises:
         ConfigInvalid: unreadable, too large, not TOML, unknown format, unknown keys or
-            wrong types (every problem listed in ``details["problems"]``).
+            wrong types (every problem listed in ``details["problems"]``); or a file
+            another user could change (group- or world-writable, theirs, or in a directory
+            they can write).
     """
     path = Path(path).expanduser()
     try:
         with path.open("rb") as handle:
+            check_trusted(path, os.fstat(handle.fileno()), what="host config file")
             data = handle.read(MAX_FILE_BYTES + 1)
+    except UnsafePermissions as exc:
+        raise ConfigInvalid(exc.message, hint=exc.hint, file=str(path)) from None
     except OSError as exc:
         raise ConfigInvalid(
             f"cannot read host config file {path}: {exc.strerror or exc}", file=str(path)

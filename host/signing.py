@@ -263,7 +263,9 @@ class TrustedKeys:
         Returns:
             The keys.
         """
-        data = read_regular(Path(path), MAX_KEYS_BYTES, what="trusted keys file", error=LockInvalid)
+        data = read_regular(
+            Path(path), MAX_KEYS_BYTES, what="trusted keys file", error=LockInvalid, trusted=True
+        )
         return cls.from_json(data)
 
     def __contains__(self, key_id: object) -> bool:

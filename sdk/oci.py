@@ -143,16 +143,24 @@ def parse_reference(text: str) -> OciReference:
 
 @final
 class RegistryCredential:
-    """A username and password (or identity token) for one registry; masked in ``repr``."""
+    """A username and password (or identity token) for exactly one registry; masked in ``repr``.
 
-    __slots__ = ("password", "username")
+    ``registry`` is the exact authority (``host[:port]``) the credential belongs to;
+    :class:`RegistryClient` refuses it for any other authority, so a look-alike name can
+    never receive it.
+    """
 
-    def __init__(self, username: str, password: SecretValue) -> None:
+    __slots__ = ("password", "registry", "username")
+
+    def __init__(self, username: str, password: SecretValue, *, registry: str) -> None:
         self.username = username
         self.password = password
+        self.registry = registry
 
     def __repr__(self) -> str:
-        return f"RegistryCredential(username={self.username!r}, password='********')"
+        return (
+            f"RegistryCredential(registry={self.registry!r}, username={self.username!r}, password='********')"
+        )
 
     def basic(self) -> str:
         """The ``Authorization`` value for HTTP Basic."""
@@ -205,6 +213,11 @@ class RegistryClient:
         deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
         check_repository(f"{registry}/x")
+        if credential is not None and credential.registry != registry:
+            # Callers look credentials up by exact authority; a mismatch is a bug, never a fallback.
+            raise RuntimeError(
+                f"a credential for {credential.registry!r} was handed to the client of {registry!r}"
+            )
         self.registry = registry
         self.insecure = insecure
         self._base = f"{'http' if insecure else 'https'}://{registry}"

@@ -88,7 +88,7 @@ class TokenFile:
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self._clock = clock
-        self._cache: tuple[tuple[int, int, int], dict[str, TokenEntry]] | None = None
+        self._cache: tuple[tuple[int, int, int, int], dict[str, TokenEntry]] | None = None
 
     def add(
         self, *, project: str, subject: str, ttl_s: float | None, label: str = ""
@@ -162,7 +162,7 @@ class TokenFile:
             info = os.stat(self.path)
         except FileNotFoundError:
             return {}
-        stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+        stamp = (info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino)  # ctime: chmod, chown
         if self._cache is None or self._cache[0] != stamp:
             self._cache = (stamp, self._read())
         return self._cache[1]
@@ -170,7 +170,7 @@ class TokenFile:
     def _read(self) -> dict[str, TokenEntry]:
         if not self.path.exists():
             return {}
-        data = read_regular(self.path, MAX_FILE_BYTES, what="tokens file", error=RequestInvalid)
+        data = read_regular(self.path, MAX_FILE_BYTES, what="tokens file", error=RequestInvalid, trusted=True)
         try:
             parsed = _File.model_validate_json(data)
         except ValidationError:

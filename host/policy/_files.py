@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from host._files import FileTooLarge, atomic_write, interprocess_lock, read_bounded
+from host._files import FileTooLarge, atomic_write, check_trusted, interprocess_lock, read_bounded
 
 __all__ = [
     "RACY_MARGIN_NS",
@@ -68,10 +68,15 @@ class CachedFile(Generic[T]):
         parse: turns the bytes into a value; exceptions propagate to the caller and
             nothing is cached.
         max_bytes: the largest file accepted, in bytes.
+        trusted: refuse the file (:class:`~host._files.UnsafePermissions`, an OSError)
+            when another user could change it (:func:`~host._files.check_trusted`).
     """
 
-    def __init__(self, path: Path, parse: Callable[[bytes], T], *, max_bytes: int) -> None:
+    def __init__(
+        self, path: Path, parse: Callable[[bytes], T], *, max_bytes: int, trusted: bool = False
+    ) -> None:
         self.path = path
+        self._trusted = trusted
         self._parse = parse
         self._max_bytes = max_bytes
         self._entry: _Entry[T] | None = None
@@ -99,6 +104,8 @@ class CachedFile(Generic[T]):
             data, fst = read_bounded(self.path, self._max_bytes)
         except FileNotFoundError:
             return None
+        if self._trusted:
+            check_trusted(self.path, fst, what="policy file")
         key = _stat_key(fst)
         stable = fst.st_ctime_ns < read_at - RACY_MARGIN_NS
         with self._lock:

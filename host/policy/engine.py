@@ -48,6 +48,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from host._files import UnsafePermissions
 from host.errors import PolicyUnavailable
 from host.policy._files import CachedFile, atomic_write, interprocess_lock, read_bounded, sidecar_lock
 
@@ -278,7 +279,9 @@ class FilePolicyEngine:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._cache: CachedFile[_Compiled] = CachedFile(self.path, _compile, max_bytes=MAX_POLICY_BYTES)
+        self._cache: CachedFile[_Compiled] = CachedFile(
+            self.path, _compile, max_bytes=MAX_POLICY_BYTES, trusted=True
+        )
         self._edit_lock = threading.Lock()
 
     @classmethod
@@ -310,6 +313,8 @@ class FilePolicyEngine:
     def _current(self) -> _Compiled:
         try:
             compiled = self._cache.get()
+        except UnsafePermissions as exc:
+            raise PolicyUnavailable(exc.message, hint=exc.hint, file=str(self.path)) from None
         except OSError as exc:
             raise PolicyUnavailable(f"cannot read the policy file: {exc.strerror or exc}") from None
         if compiled is None:

@@ -7,7 +7,8 @@ verifies with ``stockade log verify`` (:func:`host.audit.verify`).
 Verifying in place (:func:`verify_chain`) streams the chain through the same verifier and
 then compares the result with the chain's head row: removing records from the end of the
 table (which would leave a valid shorter chain) is detected unless the head row was
-rewritten too.
+rewritten too. Against that, the report's ``anchor`` (the newest signed checkpoint seen)
+is what to keep outside the database and pass back as ``expected_head``.
 
 Example::
 

@@ -135,18 +135,52 @@ def state_dir(args: argparse.Namespace) -> Path:
 STORE_ENV: Final = "STOCKADE_STORE"
 
 
+class _StoreOnCommandLine(argparse.Action):
+    """Store ``--store``'s value and note that it came from the command line, where every
+    user of the machine can read it (``ps``, ``/proc/PID/cmdline``): a password there is
+    refused by :func:`apply_host_file` before the command runs."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.store_on_command_line = True
+
+
+def _refuse_password_on_command_line(args: argparse.Namespace) -> None:
+    from host.store import dsn_has_password
+
+    if getattr(args, "store_on_command_line", False) and dsn_has_password(args.store or ""):
+        raise UsageFailed(
+            "STORE_PASSWORD_ON_COMMAND_LINE",
+            "--store names a database password on the command line, where any user of this "
+            "machine can read it in the process list; refused",
+            hint=(
+                f"give the DSN in ${STORE_ENV} or in the host config file (stockade.host.toml, "
+                "store = ...), or keep the password in a libpq passfile (~/.pgpass or "
+                "passfile=/path in the DSN) and drop it from --store"
+            ),
+        )
+
+
 def add_store_option(parser: argparse.ArgumentParser, *, local: bool = True) -> None:
     """Add ``--store`` (default: ``$STOCKADE_STORE``, else the host config file's ``store``,
     else ``local`` when allowed: an unset option stays ``None`` until :func:`apply_host_file`
-    has had its say, and ``None`` means ``local`` to the commands that allow it)."""
+    has had its say, and ``None`` means ``local`` to the commands that allow it). A DSN
+    with a password given as ``--store`` itself is refused (``STORE_PASSWORD_ON_COMMAND_LINE``)."""
     parser.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV),
+        action=_StoreOnCommandLine,
         metavar="local|postgresql://…",
         help=(
             f"the state store: {'local (default: files under the state dir) or ' if local else ''}"
             f"a PostgreSQL DSN shared by many host processes (also ${STORE_ENV}); "
-            "its password is never printed"
+            f"a password belongs in ${STORE_ENV}, the config file or a passfile, never here"
         ),
     )
 
@@ -184,6 +218,7 @@ def apply_host_file(args: argparse.Namespace) -> None:
     """
     from host.hostfile import find_host_file, load_host_file
 
+    _refuse_password_on_command_line(args)
     present = [name for name in _HOST_OPTIONS if hasattr(args, name)]
     args.given = {name for name in present if getattr(args, name)}
     args.host_file = None

@@ -3,8 +3,10 @@
 - ``--insecure-registry HOST:PORT`` (repeatable): plain HTTP for exactly that registry,
   printed loudly on stderr every time; every other registry is HTTPS, verified against the
   system trust store plus ``--registry-ca FILE``.
-- Credentials: never options. The secrets store of ``--state-dir`` (scope ``stockade``,
-  subject ``registry``, name ``registry_<host>_<port>``, value ``USER:PASSWORD``) or
+- Credentials: never options, each for one exact authority. The secrets store of
+  ``--state-dir`` (scope ``stockade``, subject ``registry``, name
+  :func:`sdk.ocicreds.secret_name_for`, e.g. ``registry_127_0_0_1__5000``, value
+  ``USER:PASSWORD``) or
   ``$DOCKER_CONFIG/config.json`` / ``~/.docker/config.json`` (see :mod:`sdk.ocicreds`).
 - ``--registry-timeout SECONDS`` per request (default 30).
 """

@@ -25,6 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from host.files import create_exclusive
 from sdk.commands._common import EXIT_OK, CommandFailed, print_json, verified_lock
 
 
@@ -105,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         unsafe_allow_unsigned=bool(keys) and args.allow_unsigned,
     )
     base.mkdir(parents=True, exist_ok=True)
-    with open(target, "x", encoding="utf-8") as handle:
-        handle.write(text)
+    create_exclusive(target, text.encode("utf-8"), mode=0o600)  # 0600 whatever the umask
     settings = load_host_file(target)
     state = settings.state_dir or base / ".stockade"
     created = _make_state(state)

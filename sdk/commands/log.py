@@ -17,8 +17,12 @@ you were given earlier) to detect that too.
 With ``--store postgresql://…`` (or ``STOCKADE_STORE``) instead of FILE, the chain is
 verified in place in the PostgreSQL state store (``--chain`` names it when the store holds
 several, e.g. ``project:p``), and its head row is checked too: records deleted from the
-end of the table are detected. ``stockade log export --store … > audit.jsonl`` writes a
-chain as an audit log file that ``stockade log verify audit.jsonl`` checks.
+end of the table are detected unless the head row was rewound with them. Every report
+names the newest checkpoint it saw (its record hash, how many records it signs, key and
+time): keep that hash outside the database and pass it back as ``--expected-head`` to
+detect records cut from the end with a rewound head row. ``stockade log export --store …
+> audit.jsonl`` writes a chain as an audit log file that ``stockade log verify
+audit.jsonl`` checks.
 
 Exit codes: 0 intact, 1 broken, unreadable, or (with ``--strict``) not every record
 signed; 2 usage error.
@@ -27,6 +31,8 @@ signed; 2 usage error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import os
 import sys
 from pathlib import Path
@@ -141,7 +147,8 @@ def run_export(args: argparse.Namespace) -> int:
             count = export_chain(store, chain, sys.stdout.buffer)
             sys.stdout.flush()
         else:
-            with open(args.output, "wb") as out:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+            with os.fdopen(os.open(args.output, flags, 0o600), "wb") as out:  # 0600 whatever the umask
                 count = export_chain(store, chain, out)
     print(f"exported {count} records of chain {chain!r}", file=sys.stderr)
     return EXIT_OK
@@ -176,6 +183,22 @@ def _signing_summary(report: VerifyReport, files: list[Path]) -> str:
         f"; {report.unsigned_tail} records after it are covered by no signature and the log was not "
         "closed cleanly: records after the checkpoint may have been cut off or edited and re-hashed "
         "undetectably (a crash or a running host also leaves such a tail)"
+    )
+
+
+def _anchor_line(report: VerifyReport) -> str:
+    anchor = report.anchor
+    if anchor is None:
+        return (
+            "newest checkpoint: none; records removed from the end (and a rewritten head) "
+            "cannot be told apart from a shorter log"
+        )
+    stamp = datetime.datetime.fromtimestamp(anchor.time, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"newest checkpoint: record {anchor.seq} ({anchor.hash}), signing {anchor.count} records, "
+        f"key {anchor.key_id}, {stamp}. Keep this hash away from the log's storage and pass it "
+        "as --expected-head next time: records removed after it are then detected even with "
+        "the head rewritten"
     )
 
 
@@ -230,11 +253,13 @@ def run_verify(args: argparse.Namespace) -> int:
                 "last_checkpoint": report.last_checkpoint,
                 "unsigned_tail": report.unsigned_tail,
                 "closed": report.closed,
+                "newest_checkpoint": None if report.anchor is None else dataclasses.asdict(report.anchor),
             }
         )
     elif report.ok:
         print(f"ok: {report.records} records, chain intact ({args.file})\n  head {report.head}")
         print(f"  {_signing_summary(report, files)}")
+        print(f"  {_anchor_line(report)}")
         if not ok:
             why = "--strict needs a key and every record covered by a checkpoint"
             print(f"error: AUDIT_LOG_UNSIGNED: {why}", file=sys.stderr)

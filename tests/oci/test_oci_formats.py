@@ -9,17 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from host.bundlestore import OciSource, store_bundle_path
 from host.errors import ArtifactInvalid, LockInvalid, SecretsUnavailable
 from host.lock import PackageLock
 from host.secrets import SecretValue
-from sdk.oci import RegistryCredential, parse_reference
+from sdk.oci import RegistryClient, RegistryCredential, parse_reference
 from sdk.ociartifact import ArtifactManifest, build_artifact
-from sdk.ocicreds import find_credential, secret_name_for
+from sdk.ocicreds import (
+    REGISTRY_SECRET_PRINCIPAL,
+    REGISTRY_SECRET_SCOPE,
+    find_credential,
+    registry_for_secret_name,
+    secret_name_for,
+)
 from sdk.review import diff_locks
 from tests.oci.conftest import Cli, echo_bundle
 from tests.support.bundles import lock_digest, lock_entry, write_lock
+from tests.support.secrets import make_store
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -157,9 +166,85 @@ def test_malformed_docker_config_fails_closed(tmp_path: Path) -> None:
 
 
 def test_secret_names_for_registries() -> None:
-    assert secret_name_for("127.0.0.1:5000") == "registry_127_0_0_1_5000"
+    assert secret_name_for("127.0.0.1:5000") == "registry_127_0_0_1__5000"
     assert secret_name_for("ghcr.io") == "registry_ghcr_io"
-    assert repr(RegistryCredential("u", SecretValue("p" * 12))).count("p" * 12) == 0
+    assert secret_name_for("my-registry.example:443") == "registry_my___registry_example__443"
+    assert registry_for_secret_name("registry_127_0_0_1__5000") == "127.0.0.1:5000"
+    credential = RegistryCredential("u", SecretValue("p" * 12), registry="ghcr.io")
+    assert repr(credential).count("p" * 12) == 0
+
+
+_LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?", fullmatch=True)
+_AUTHORITY = st.builds(
+    lambda labels, port: ".".join(labels) + (f":{port}" if port else ""),
+    st.lists(_LABEL, min_size=1, max_size=4),
+    st.one_of(st.none(), st.integers(1, 65535)),
+).filter(lambda authority: "." in authority or ":" in authority)  # a bare label names no registry
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=_AUTHORITY, b=_AUTHORITY)
+def test_registry_secret_names_are_injective(a: str, b: str) -> None:
+    """Two authorities never share a secrets-store name, and a name reads back exactly."""
+    names = []
+    for registry in (a, b):
+        try:
+            names.append(secret_name_for(registry))
+        except ValueError as exc:
+            assert "over the 64 allowed" in str(exc)  # only names past the store's limit are refused
+            return
+        assert registry_for_secret_name(names[-1]) == registry
+    assert (names[0] == names[1]) == (a == b)
+
+
+@pytest.mark.parametrize(
+    ("stored_for", "asked_for"),
+    [
+        ("registry.example.com:5000", "registry-example.com:5000"),
+        ("registry.example.com:5000", "registry.example.com.5000"),
+        ("registry-example.com", "registry.example.com"),
+        ("a.example:5000", "a.example:50000"),
+        ("ghcr.io", "ghcr.io:443"),
+        ("r" * 50 + ".example", "r" * 50 + "-example"),
+    ],
+    ids=["dot-as-hyphen", "port-as-label", "hyphen-as-dot", "longer-port", "default-port", "long-name"],
+)
+def test_registry_credential_not_found_for_look_alike_registry(
+    tmp_path: Path, stored_for: str, asked_for: str
+) -> None:
+    """The old lossy name sent registry.example.com's password to registry-example.com."""
+    store = make_store(tmp_path)
+    config = tmp_path / "config.json"
+    auth = base64.b64encode(b"bot:s3cret-value").decode()
+    config.write_text(json.dumps({"auths": {stored_for: {"auth": auth}}}))
+    try:
+        store.set(REGISTRY_SECRET_SCOPE, REGISTRY_SECRET_PRINCIPAL, secret_name_for(stored_for), "bot:s3cret-value")
+    except ValueError:
+        pass  # too long for the store: only the Docker config holds it
+    assert find_credential(asked_for, secrets=store, docker_config=config) == (None, "none")
+    found, _ = find_credential(stored_for, secrets=store, docker_config=config)
+    assert found is not None and found.registry == stored_for
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["registry_a____b", "registry_a__", "registry__a", "registry_a_", "registry_a__b", "registry_a__99999", "other"],
+    ids=["four-underscores", "empty-port", "leading", "trailing", "port-not-digits", "port-range", "prefix"],
+)
+def test_names_no_registry_spells_are_refused(name: str) -> None:
+    with pytest.raises(ValueError):
+        registry_for_secret_name(name)
+
+
+def test_registry_name_too_long_for_the_store_refused() -> None:
+    with pytest.raises(ValueError, match="over the 64 allowed; keep its credential in the Docker config"):
+        secret_name_for("r" * 50 + ".example")
+
+
+def test_client_refuses_a_credential_of_another_registry() -> None:
+    credential = RegistryCredential("bot", SecretValue("s3cret-value"), registry="registry.example.com:5000")
+    with pytest.raises(RuntimeError, match="handed to the client"):
+        RegistryClient("registry-example.com:5000", insecure=True, credential=credential)
 
 
 def _two_locks(tmp_path: Path, old_repo: str | None, new_repo: str | None) -> tuple[Path, Path]:

@@ -209,3 +209,68 @@ def test_token_service_refusing_credentials_gives_registry_refused(
     assert proc.returncode == 1
     assert "error: REGISTRY_REFUSED:" in proc.stderr and "token" in proc.stderr
     _no_secret_in(proc, wrong)
+
+
+# --- a look-alike registry: the credential belongs to one exact authority ---
+
+
+class _EveryPath(dict[str, object]):
+    """Routes answering every path with one handler (a hostile registry's catch-all)."""
+
+    def __init__(self, handler: object) -> None:
+        super().__init__()
+        self._handler = handler
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        return self._handler
+
+
+def test_registry_credential_never_sent_to_look_alike_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The password stored for registry.example.test:PORT went to registry-example.test:PORT
+    (both names of one hostile server on loopback here): the lossy secret name was shared."""
+    import socket  # noqa: PLC0415
+
+    from host.secrets import MasterKey, SecretsStore  # noqa: PLC0415
+    from sdk.cli import main  # noqa: PLC0415
+    from sdk.ocicreds import REGISTRY_SECRET_PRINCIPAL, REGISTRY_SECRET_SCOPE  # noqa: PLC0415
+
+    real_getaddrinfo = socket.getaddrinfo
+
+    def resolve(host: object, *args: object, **kwargs: object) -> object:
+        name = host.decode() if isinstance(host, bytes) else host
+        loopback = isinstance(name, str) and name.endswith(".test")
+        return real_getaddrinfo("127.0.0.1" if loopback else host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    seen: list[str] = []
+
+    def hostile(ex: Exchange) -> None:
+        seen.append(ex.request.header("authorization") or "")
+        ex.respond(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}',
+                   [("Content-Type", "application/json"), ("WWW-Authenticate", 'Basic realm="r"')])
+
+    key = key_text()
+    monkeypatch.setenv("STOCKADE_MASTER_KEY", key)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.chdir(tmp_path)
+    with LoopbackServer() as server:
+        server.routes = _EveryPath(hostile)
+        genuine, look_alike = f"registry.example.test:{server.port}", f"registry-example.test:{server.port}"
+        state = tmp_path / "state"
+        state.mkdir()
+        store = SecretsStore(state / "secrets.json", MasterKey.load(env={"STOCKADE_MASTER_KEY": key}))
+        store.set(REGISTRY_SECRET_SCOPE, REGISTRY_SECRET_PRINCIPAL, secret_name_for(genuine), f"{USER}:{PASSWORD}")
+
+        def pull(registry: str) -> int:
+            return main(["pull", f"{registry}/team/private@sha256:{'0' * 64}", "--insecure-registry", registry,
+                         "--state-dir", str(state), "--registry-timeout", "5"])
+
+        assert pull(look_alike) == 1
+        assert "none are configured" in capsys.readouterr().err
+        assert seen and all(value == "" for value in seen)  # asked, and never given the password
+        seen.clear()
+        assert pull(genuine) == 1  # the genuine authority does get it (the probe works)
+    expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    assert expected in seen

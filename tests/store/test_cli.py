@@ -64,3 +64,36 @@ def test_serve_keeps_its_state_in_the_configured_postgres_store(pg_cluster: Clus
         kinds = [json.loads(line)["kind"] for line in store.lines("host")]
     assert kinds == ["lock.accepted", "audit.checkpoint"]  # signed when the server closed the store
     assert not (home / "audit.log").exists()
+
+
+def test_store_password_on_command_line_refused(pg_cluster: Cluster, tmp_path: Path) -> None:
+    """``--store postgresql://user:PASSWORD@…`` put the password in the process list for
+    every user of the machine; it is refused before any connection, with the ways that
+    keep it private, and a passfile (one of them) works."""
+    import psycopg  # noqa: PLC0415
+
+    dsn = pg_cluster.create_database("argv")
+    env = cli_env(STOCKADE_HOME=str(tmp_path / "home"))
+    spellings = [dsn, dsn.replace(f":{pg_cluster.password}@", "@") + f"?password={pg_cluster.password}",
+                 dsn.replace(f":{pg_cluster.password}@", "@") + f"?passw%6Frd={pg_cluster.password}"]
+    cases = [(command, ("--store", dsn)) for command in
+             (("store", "migrate"), ("log", "verify", "--chain", "host"), ("approvals", "list"))]
+    cases += [(("store", "migrate"), (f"--store={spelling}",)) for spelling in spellings]
+    for command, form in cases:
+        done = run_cli(*command, *form, "--json", cwd=tmp_path, env=env)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        error = json.loads(done.stdout)["error"]
+        assert error["code"] == "STORE_PASSWORD_ON_COMMAND_LINE"
+        assert "STOCKADE_STORE" in error["hint"] and "passfile" in error["hint"]
+        assert "config file" in error["hint"]
+        assert pg_cluster.password not in done.stdout + done.stderr
+    with psycopg.connect(dsn) as conn:  # no command connected and migrated the schema
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"127.0.0.1:{pg_cluster.port}:argv:stockade:{pg_cluster.password}\n")
+    passfile.chmod(0o600)
+    private = dsn.replace(f":{pg_cluster.password}@", "@") + f"?passfile={passfile}"
+    done = run_cli("store", "migrate", "--store", private, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    via_env = run_cli("store", "migrate", cwd=tmp_path, env={**env, "STOCKADE_STORE": dsn})
+    assert via_env.returncode == 0 and "is current" in via_env.stdout, via_env.stderr

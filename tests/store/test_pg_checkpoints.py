@@ -106,3 +106,56 @@ def _rewrite_and_rehash(dsn: str, chain: str, *, seq: int, change: dict[str, Any
                              (record["hash"], canonical_json(record).decode(), chain, number))
             prev = record["hash"]
         conn.execute("UPDATE audit_chains SET head = %s WHERE chain = %s", (prev, chain))
+
+
+def records_head(dsn: str, seq: int) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT hash FROM audit_records WHERE chain = 'project:p' AND seq = %s", (seq,)).fetchone()
+    return str(row[0])
+
+
+def _truncate_and_rewind(dsn: str, chain: str, *, keep: int) -> None:
+    """What someone with write access to the database does to hide the last records:
+    delete them (past a signed checkpoint) and rewind the head row to the record kept."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("DELETE FROM audit_records WHERE chain = %s AND seq > %s", (chain, keep))
+        (head,) = conn.execute(
+            "SELECT hash FROM audit_records WHERE chain = %s AND seq = %s", (chain, keep)
+        ).fetchone()
+        conn.execute(
+            "UPDATE audit_chains SET seq = %s, head = %s, checkpoint_seq = LEAST(checkpoint_seq, %s) "
+            "WHERE chain = %s",
+            (keep, head, keep, chain),
+        )
+
+
+def test_pg_audit_records_deleted_and_head_rewound_detected_by_the_anchor(
+    pg_dsn: str, key: AuditKey, tmp_path: Path
+) -> None:
+    """Deleting the last records and rewinding the head row (even past a signed
+    checkpoint) verified as "chain intact": the database alone cannot tell a shorter
+    chain. The newest checkpoint a verification reports, kept outside the database and
+    passed back as the expected head, detects it."""
+    from tests.support.cli import cli_env, run_cli  # noqa: PLC0415
+
+    with PostgresStore(pg_dsn, signer=key, checkpoint_every=3) as store:
+        for n in range(7):
+            store.audit.append("call.outcome", {"project": "p", "n": n})
+    with PostgresStore(pg_dsn) as store:
+        before = verify_chain(store, "project:p", keys=keys_of(key))
+    assert before.ok and before.anchor is not None
+    anchor = before.anchor  # checkpoints at 4 and 8 (every 3 records), and 10 on close
+    assert (anchor.seq, anchor.count, anchor.head) == (10, 9, records_head(pg_dsn, 9))
+    assert anchor.key_id == key.key_id
+    env = cli_env(STOCKADE_STORE=pg_dsn, STOCKADE_HOME=str(tmp_path / "home"))
+    shown = run_cli("log", "verify", "--chain", "project:p", "--json", cwd=tmp_path, env=env)
+    assert json.loads(shown.stdout)["newest_checkpoint"]["hash"] == anchor.hash, shown.stderr
+    _truncate_and_rewind(pg_dsn, "project:p", keep=5)  # two signed records and the checkpoint gone
+    with PostgresStore(pg_dsn) as store:
+        blind = verify_chain(store, "project:p", keys=keys_of(key))
+        anchored = verify_chain(store, "project:p", keys=keys_of(key), expected_head=anchor.hash)
+    assert blind.ok and blind.records == 5  # the limit README states: nothing inside the database shows it
+    assert blind.anchor is not None and blind.anchor.seq == 4  # the report names an older checkpoint
+    assert not anchored.ok and "is not in the log (truncated or rewritten)" in anchored.reason
+    done = run_cli("log", "verify", "--chain", "project:p", "--expected-head", anchor.hash, cwd=tmp_path, env=env)
+    assert done.returncode == 1 and "AUDIT_LOG_BROKEN" in done.stderr, done.stdout + done.stderr
