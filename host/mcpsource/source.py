@@ -34,6 +34,7 @@ from host.canonical import canonical_json
 from host.errors import (
     Busy,
     CredentialUnavailable,
+    InputInvalid,
     McpToolChanged,
     McpUnavailable,
     OutputInvalid,
@@ -280,6 +281,15 @@ class McpSource:
         )
 
     def _output(self, tool: str, result: Any) -> str:
+        try:
+            return self._canonical_output(tool, result)
+        except InputInvalid as exc:  # NaN, 1e999, a lone surrogate...: the server's fault, not the caller's
+            raise OutputInvalid(
+                f"MCP tool {tool} answered a value JSON cannot carry exactly: {exc.message}",
+                tool=tool, pointer=exc.details.get("pointer"), rule=exc.details.get("rule"),
+            ) from None
+
+    def _canonical_output(self, tool: str, result: Any) -> str:
         if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
             raise OutputInvalid(f"MCP tool {tool} answered something that is not a tool result")
         content = result.get("content", [])

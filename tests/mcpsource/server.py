@@ -112,6 +112,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "echo":
         return text(str(args["message"]))
     if name == "add":
+        if behaviour().get("add_nan"):  # the SDK would write NaN as null: write the answer itself
+            answer = {"content": [{"type": "text", "text": "NaN"}], "structuredContent": {"sum": "@"}}
+            line = json.dumps({"jsonrpc": "2.0", "id": ctx.request_id, "result": answer})
+            os.write(RAW_STDOUT, line.replace('"@"', "NaN").encode() + b"\n")
+            await anyio.sleep(3600)
         total = int(args["a"]) + int(args["b"])
         return types.CallToolResult(content=[types.TextContent(type="text", text=str(total))],
                                     structured_content={"sum": total})
@@ -126,7 +131,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "crash":
         os._exit(3)
     if name == "garble":
-        os.write(RAW_STDOUT, b"{this is not json\n")
+        depth = int(behaviour().get("garble_depth", 0))  # a line nested this deep, else not JSON
+        line = b"[" * depth + b"]" * depth if depth else b"{this is not json"
+        os.write(RAW_STDOUT, line + b"\n")
         await anyio.sleep(3600)
     if name == "whoami":
         return text(whoami())
