@@ -406,9 +406,7 @@ class Host:
         call = _Admitted(plan, self.registry.get(plan.tool, plan.version), time.monotonic())
         try:
             self._consume_rate(call)  # step 7
-            call.staged = self._stage_secrets(plan, call.tool)  # step 8
-            if call.staged:
-                call.redactor = redactor_for(call.tool, call.staged)
+            call.staged, call.redactor = self._stage_secrets(plan, call.tool)  # step 8
             if text(call.tool.effect) != "read":  # step 9
                 # Durable before the guest starts, whatever the audit durability mode.
                 self._audit.append("call.intent", call_record(plan, call.tool, call.redactor), durable=True)
@@ -490,10 +488,16 @@ class Host:
             ok=True, output=output, audit_id=audit_id, usage=usage, log=log, action_digest=digest
         )
 
-    def _stage_secrets(self, plan: InvocationPlan, tool: ToolDefinition) -> dict[str, SecretValue]:
+    def _stage_secrets(
+        self, plan: InvocationPlan, tool: ToolDefinition
+    ) -> tuple[Mapping[str, SecretValue], Redactor]:
+        """The secrets a call stages and the redactor of everything it returns and records."""
         if (source := self._mcp.get(tool.binding.package)) is not None:
-            return source.staged_secrets()  # what the server process received, for scrubbing
-        return stage_package_secrets(self._secrets, plan, tool)
+            # Read from the store for this call (what a restart inside it sends), plus every
+            # value the source's connections were handed; no guest sees any of them.
+            return {}, source.stage()
+        staged = stage_package_secrets(self._secrets, plan, tool)
+        return staged, (redactor_for(tool, staged) if staged else NO_REDACTION)
 
     @contextmanager
     def _egress(self, call: _Admitted) -> Iterator[EgressPort]:

@@ -14,7 +14,7 @@ from host.canonical import canonical_json
 from host.config import Ceilings
 from host.lock import PackageLock, TrustedKeys
 from host.mcpsource.pin import McpDeclaration, McpPin, PinnedSource, load_pinned_sources
-from host.mcpsource.source import ToolDrift, compare, list_tools, start_server
+from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
 from host.secrets import SecretsStore
 from sdk._manifestdiff import Change
 
@@ -77,13 +77,10 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
 def live_drift(
     decl: McpDeclaration, current: McpPin, *, state_dir: Path, secrets: SecretsStore | None
 ) -> list[ToolDrift]:
-    """Start the declared server once and compare its live tools with ``current``."""
-    conn, _ = start_server(decl, state_dir=state_dir, secrets=secrets)
-    try:
-        live = list_tools(conn, decl)
-    finally:
-        conn.close()
-    return compare(current, live)[1]
+    """Start the declared server once and compare its live tools with ``current`` (scrubbed
+    of the secrets the server was given)."""
+    live, scrub = probe(decl, state_dir=state_dir, secrets=secrets)  # errors come scrubbed
+    return [scrub_drift(d, scrub) for d in compare(current, live)[1]]
 
 
 def mcp_changes(old: Sequence[PinnedSource], new: Sequence[PinnedSource]) -> Iterator[Change]:

@@ -18,6 +18,11 @@ dependency), following the OCI distribution spec v1.1:
 - ``HEAD /v2/<name>/blobs/<digest>``, ``POST /v2/<name>/blobs/uploads/`` + ``PUT
   <location>?digest=…`` (monolithic upload), ``PUT /v2/<name>/manifests/<ref>``.
 
+Every answer is read with ``Accept-Encoding: identity`` and decoded under the host's one
+decoding policy (:mod:`host.egress.decoding`: one gzip/deflate layer at most, decoded
+bytes counted against the limit, stacked or unknown codings refused), so a compressed
+bomb never costs more memory than its limit.
+
 Transport rules: HTTPS by default, verified against the system store plus an optional
 extra CA file; plain HTTP only for registries named in ``insecure`` (``HOST:PORT``),
 which the CLI prints loudly. Every request has a timeout and every operation an overall
@@ -51,6 +56,7 @@ from typing import Final, final
 import httpx
 
 from host.bundlestore import check_digest, check_repository, check_tag
+from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.errors import DigestMismatch, RegistryRefused, RegistryUnavailable
 from host.secrets import SecretValue
 
@@ -168,13 +174,35 @@ class RegistryCredential:
         return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
+def _decoded(response: httpx.Response, limit: int) -> Iterator[bytes]:
+    """The body decoded under the host's one decoding policy (:mod:`host.egress.decoding`).
+
+    The client asks for ``Accept-Encoding: identity``; a registry that compresses anyway
+    gets one ``gzip`` or ``deflate`` layer decoded, in bounded steps, with the decoded
+    bytes counted against ``limit`` (httpx's own decoders are unbounded: 1 KB of
+    ``gzip, gzip`` would become gigabytes before any size check).
+
+    Raises:
+        BodyTooLarge: more than ``limit`` decoded bytes, or a bomb's ratio.
+        ResponseInvalid: stacked or unknown codings, corrupt compressed data.
+        httpx.HTTPError: the transfer failed.
+    """
+    decoder = BodyDecoder.for_encodings(response.headers.get_list("content-encoding"), limit=limit)
+    for raw in response.iter_raw(_CHUNK):
+        yield from decoder.feed(raw)
+    yield from decoder.finish()
+
+
 def _read_limited(response: httpx.Response, limit: int) -> bytes:
-    """At most ``limit`` bytes of a streamed body (the rest is never read)."""
+    """At most ``limit`` decoded bytes of a streamed body (the rest is never read or decoded)."""
     data = bytearray()
-    for chunk in response.iter_bytes(_CHUNK):
-        data += chunk[: limit - len(data)]
-        if len(data) >= limit:
-            break
+    try:
+        for chunk in _decoded(response, limit + 1):
+            data += chunk[: limit - len(data)]
+            if len(data) >= limit:
+                break
+    except (BodyTooLarge, ResponseInvalid):
+        pass  # what was read is all that is used (a token, an error code): it fails on its own
     return bytes(data)
 
 
@@ -233,7 +261,7 @@ class RegistryClient:
             timeout=httpx.Timeout(timeout_s),
             follow_redirects=False,
             trust_env=False,
-            headers={"User-Agent": "stockade-oci/1"},
+            headers={"User-Agent": "stockade-oci/1", "Accept-Encoding": "identity"},
         )
 
     def __enter__(self) -> RegistryClient:
@@ -391,19 +419,25 @@ class RegistryClient:
         chunks: list[bytes] = []
         total = 0
         try:
-            for chunk in response.iter_bytes(_CHUNK):
+            for chunk in _decoded(response, limit):
                 total += len(chunk)
-                if total > limit:
-                    raise DigestMismatch(
-                        f"the {what} is longer than the {limit} bytes allowed for it; nothing was written",
-                        file=what,
-                        hint=_SERVED_OTHER_BYTES,
-                    )
                 if time.monotonic() - started > self._deadline_s:
                     raise RegistryUnavailable(
                         f"fetching the {what} from {self.registry} took longer than {self._deadline_s:g} s"
                     )
                 chunks.append(chunk)
+        except BodyTooLarge as exc:
+            raise DigestMismatch(
+                f"the {what} is longer than the {limit} bytes allowed for it ({exc}); nothing was written",
+                file=what,
+                hint=_SERVED_OTHER_BYTES,
+            ) from None
+        except ResponseInvalid as exc:
+            raise RegistryRefused(
+                f"the registry {self.registry} sent the {what} in a form the host does not decode ({exc}); "
+                "nothing was written",
+                status=response.status_code,
+            ) from None
         except httpx.HTTPError as exc:
             raise self._unavailable(exc, what) from None
         if exact and total != limit:

@@ -17,8 +17,12 @@ from the pieces :mod:`host.egress` uses for guest requests:
   and the host name (:func:`host.egress.transport.tls_context`);
 - **credentials**: the declared secrets are added as headers here, by the host; the SDK,
   its ``httpx2`` client and the declaration never hold them;
-- **bounds**: one response body is cut at ``max_response_bytes`` while it is read
-  (``MCP_UNAVAILABLE`` reason ``too_large``), a status >= 400 fails the connection
+- **bounds**: the host asks for ``Accept-Encoding: identity``; a body compressed anyway is
+  decoded here under the host's one decoding policy (:mod:`host.egress.decoding`: one
+  ``gzip`` or ``deflate`` layer, stacked or unknown codings refused as ``malformed``,
+  decoded incrementally), and one response body is cut at ``max_response_bytes`` **decoded**
+  bytes while it is read (``MCP_UNAVAILABLE`` reason ``too_large``), so a decompression bomb
+  never holds more than the limit plus one chunk; a status >= 400 fails the connection
   (``http_status``), a failed connect or TLS handshake is ``unreachable``, a connection
   broken off before or during an answer is ``crashed``; no proxies, no environment, no
   cookies, HTTP/1.1, no retries;
@@ -48,6 +52,7 @@ import anyio
 import httpcore2
 import httpx2
 
+from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.egress.policy import EgressPolicy, EgressTarget
 from host.egress.transport import Pins, tls_context
 from host.egress.urls import normalize_url
@@ -59,6 +64,7 @@ __all__ = ["PinnedAsyncBackend", "SourceTransport", "endpoint_policy"]
 METHODS: Final = ("POST", "DELETE")  # what the streamable HTTP client sends (GET is answered here)
 _MAX_CONNECTIONS: Final = 8  # sockets one source may hold open
 _KEEPALIVE_EXPIRY: Final = 30.0  # s an idle connection is kept
+_DECODED_AWAY: Final = (b"content-encoding", b"content-length")  # response headers the decoding voids
 
 
 def endpoint_policy(url: str) -> EgressPolicy:
@@ -115,40 +121,45 @@ class PinnedAsyncBackend(httpcore2.AsyncNetworkBackend):
 
 
 class _BoundedBody(httpx2.AsyncByteStream):
-    """A response body cut at ``limit`` bytes (counted as read; never buffered past it)."""
+    """A response body decoded within bounds (:mod:`host.egress.decoding`, the one policy of
+    every HTTP response the host reads): at most ``limit`` **decoded** bytes, one chunk at a
+    time, never buffered past it; a compression ratio over the cap is refused as well."""
 
-    def __init__(self, inner: httpcore2.Response, limit: int, fault: Callable[[StockadeError], None],
-                 name: str) -> None:
+    def __init__(self, inner: httpcore2.Response, decoder: BodyDecoder, limit: int,
+                 fault: Callable[[StockadeError], None], name: str) -> None:
         self._inner = inner
+        self._decoder = decoder
         self._limit = limit
         self._fault = fault
         self._name = name
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
         try:
             async for chunk in self._inner.aiter_stream():
-                seen += len(chunk)
-                if seen > self._limit:
-                    error = McpUnavailable(
-                        f"MCP source {self._name} sent a response over {self._limit} bytes; "
-                        "the connection was closed",
-                        source=self._name, reason="too_large",
-                        hint="Raise limits.max_output_bytes in the declaration and re-pin, "
-                        "or fix the server.",
-                    )
-                    self._fault(error)
-                    raise error
-                yield chunk
+                for piece in self._decoder.feed(chunk):
+                    yield piece
+            for piece in self._decoder.finish():
+                yield piece
+        except BodyTooLarge as exc:
+            raise self._refuse(McpUnavailable(
+                f"MCP source {self._name} sent a response over {self._limit} bytes ({exc}); "
+                "the connection was closed",
+                source=self._name, reason="too_large",
+                hint="Raise limits.max_output_bytes in the declaration and re-pin, or fix the server.",
+            )) from None
+        except ResponseInvalid as exc:
+            raise self._refuse(_undecodable(self._name, exc)) from None
         except httpcore2.TimeoutException as exc:
             raise httpx2.ReadTimeout(str(exc)) from exc
         except (httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
-            error = McpUnavailable(
+            raise self._refuse(McpUnavailable(
                 f"MCP source {self._name} broke off its answer ({exc}); the next call reconnects",
                 source=self._name, reason="crashed",
-            )
-            self._fault(error)
-            raise error from None
+            )) from None
+
+    def _refuse(self, error: McpUnavailable) -> McpUnavailable:
+        self._fault(error)
+        return error
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -224,8 +235,9 @@ class SourceTransport(httpx2.AsyncBaseTransport):
             self._fault(refused)
             raise refused from None
         headers = [(k, v) for k, v in request.headers.raw
-                   if k.decode("latin-1").lower() not in self._injected]
+                   if k.decode("latin-1").lower() not in self._injected | {"accept-encoding"}]
         headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._headers]
+        headers.append((b"Accept-Encoding", b"identity"))  # the host needs no compression
         assert isinstance(request.stream, httpx2.AsyncByteStream)
         core = httpcore2.Request(
             method=request.method,
@@ -259,10 +271,20 @@ class SourceTransport(httpx2.AsyncBaseTransport):
             )
             self._fault(error)
             raise error
+        encodings = [v.decode("latin-1") for k, v in response.headers if k.lower() == b"content-encoding"]
+        try:
+            decoder = BodyDecoder.for_encodings(encodings, limit=self._limit)
+        except ResponseInvalid as exc:  # stacked or unknown codings: refused before any byte is read
+            await response.aclose()
+            error = _undecodable(self._name, exc)
+            self._fault(error)
+            raise error from None
+        # The body is handed on decoded: httpx2 must not decode it again (its decoders are unbounded).
+        plain = [(k, v) for k, v in response.headers if k.lower() not in _DECODED_AWAY]
         return httpx2.Response(
             status_code=response.status,
-            headers=response.headers,
-            stream=_BoundedBody(response, self._limit, self._fault, self._name),
+            headers=plain,
+            stream=_BoundedBody(response, decoder, self._limit, self._fault, self._name),
             extensions=response.extensions,
         )
 
@@ -282,6 +304,14 @@ class SourceTransport(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close every pooled connection."""
         await self._pool.aclose()
+
+
+def _undecodable(name: str, exc: ResponseInvalid) -> McpUnavailable:
+    return McpUnavailable(
+        f"MCP source {name} sent a response the host does not decode ({exc}); the connection was closed",
+        source=name, reason="malformed",
+        hint="The host asks for Accept-Encoding: identity and decodes at most one gzip or deflate layer.",
+    )
 
 
 def _unreachable(name: str, what: str) -> McpUnavailable:

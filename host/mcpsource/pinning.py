@@ -32,7 +32,8 @@ from host.mcpsource.pin import (
     tool_digest,
 )
 from host.mcpsource.rpc import McpNetwork
-from host.mcpsource.source import list_tools, start_server
+from host.mcpsource.source import probe
+from host.redact import Redactor
 from host.secrets import SecretsStore
 
 __all__ = ["PinResult", "pin_source", "pin_tools"]
@@ -105,14 +106,26 @@ def pin_source(
     ``network`` is how an HTTP source is reached (default: the system resolver and trust
     store, no loopback), through the same egress rules a host applies.
 
+    Everything the result holds and every error is scrubbed of the secrets the server was
+    given: a tool whose definition holds one is refused, never pinned.
+
     Raises:
         McpUnavailable, McpTimeout, CredentialUnavailable: the server cannot be reached.
         EgressDenied, EgressUnreachable: an HTTP endpoint refused by the egress rules.
         ValueError: ``review`` names an unknown tool.
     """
-    conn, _ = start_server(decl, state_dir=state_dir, secrets=secrets, network=network)
-    try:
-        live = list_tools(conn, decl)
-    finally:
-        conn.close()
-    return pin_tools(decl, live, review=review, ceilings=ceilings)
+    live, scrub = probe(decl, state_dir=state_dir, secrets=secrets, network=network)
+    return _without_secrets(pin_tools(decl, live, review=review, ceilings=ceilings), scrub)
+
+
+def _without_secrets(result: PinResult, scrub: Redactor) -> PinResult:
+    """Refuse every tool whose definition holds a secret the server was given (a pin is
+    shown to reviewers and written to the lock); scrub what the refusals quote."""
+    if scrub.empty:
+        return result
+    kept = tuple(t for t in result.pin.tools if scrub.json_value(dict(t.definition)) == t.definition)
+    leaked = [{"name": scrub.text(t.name), "reason": "its definition holds a secret the server was given"}
+              for t in result.pin.tools if t not in kept]
+    refused = [{k: scrub.text(v) for k, v in r.items()} for r in result.refused]
+    pin = McpPin(format=PIN_FORMAT, source=result.pin.source, tools=kept)
+    return PinResult(pin=pin, refused=(*refused, *leaked))

@@ -9,18 +9,63 @@ handler) and :func:`cancelled` is raised: the connection itself stays usable.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, final
 
+from host.canonical import parse_json
 from host.egress.policy import Resolver, system_resolver
-from host.errors import CallCancelled, StockadeError
+from host.errors import CallCancelled, InputInvalid, StockadeError
 
-__all__ = ["CANCEL_POLL_S", "Connection", "McpNetwork", "Pending", "cancelled", "wait_answer"]
+__all__ = [
+    "CANCEL_POLL_S",
+    "Connection",
+    "McpNetwork",
+    "Pending",
+    "cancelled",
+    "parse_message",
+    "wait_answer",
+]
 
 CANCEL_POLL_S: Final = 0.01  # s, how often a waiting request looks at its cancel event
+
+_VALUE_RULES: Final = frozenset({"not-finite", "integer-range", "lone-surrogate"})
+"""Refusals of one value inside a message (not of the message's syntax or nesting): such a
+value is left for the answer's own check, so a NaN in a result is ``OUTPUT_INVALID``."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate object key")
+    return obj
+
+
+_LENIENT_VALUES: Final = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
+def parse_message(data: bytes) -> Any:
+    """Parse one JSON-RPC message from a server with the host's strict, bounded parser.
+
+    :func:`host.canonical.parse_json` bounds the nesting (a line nested 20,000 deep is
+    refused at once, never a ``RecursionError`` in a reader thread) and refuses bad UTF-8,
+    bad syntax and duplicate keys. A number or string JSON cannot carry exactly (``NaN``,
+    ``1e999``, integers past 2**53, lone surrogates) fails only the answer that holds it:
+    the text already parsed within the bounds, so it is read again keeping the value,
+    and the answer's canonical form refuses it later (``OUTPUT_INVALID``).
+
+    Raises:
+        ValueError: the message is malformed (the connection fails ``malformed``).
+    """
+    try:
+        return parse_json(data)
+    except InputInvalid as exc:
+        if exc.details.get("rule") not in _VALUE_RULES:
+            raise ValueError(exc.message) from None
+    return _LENIENT_VALUES.decode(data.decode("utf-8"))
 
 
 class Pending:

@@ -22,10 +22,11 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
@@ -34,6 +35,7 @@ from host.canonical import canonical_json
 from host.errors import (
     Busy,
     CredentialUnavailable,
+    InputInvalid,
     McpToolChanged,
     McpUnavailable,
     OutputInvalid,
@@ -57,12 +59,23 @@ from host.secrets import SecretsStore, SecretValue
 if TYPE_CHECKING:
     from host.store.port import AuditSink  # the store's audit chain (file log or database)
 
-__all__ = ["McpSource", "ToolDrift", "compare", "list_tools", "start_server"]
+__all__ = [
+    "McpSource",
+    "ToolDrift",
+    "compare",
+    "list_tools",
+    "open_server",
+    "probe",
+    "scrub_drift",
+    "scrubbed",
+    "start_server",
+]
 
 MAX_LIST_PAGES: Final = 16  # tools/list pages read per connect
 BACKOFF_FIRST_S: Final = 0.5  # s, wait before the second consecutive restart
 BACKOFF_MAX_S: Final = 30.0  # s, longest wait between restarts
 _DIFF_CHARS: Final = 2000  # characters of one pinned/live value kept in a drift report
+MAX_REMEMBERED_VALUES: Final = 64  # secret values handed to earlier connections, still scrubbed
 
 
 @final
@@ -155,7 +168,9 @@ class McpSource:
         self._conn: Connection | None = None
         self._failures = 0
         self._next_attempt = 0.0
-        self._staged: dict[str, SecretValue] = {}
+        self._handed: dict[str, SecretValue] = {}  # every value handed to a connection (by value)
+        self._handed_lock = threading.Lock()
+        self._scrub = Redactor(())
         self.offered: frozenset[str] = frozenset()
         self.drift: tuple[ToolDrift, ...] = ()
         self.connects = 0  # successful (re)starts of the server
@@ -167,7 +182,7 @@ class McpSource:
         a failure is audited and the next call retries."""
         try:
             self._ensure()
-        except StockadeError as exc:
+        except StockadeError as exc:  # scrubbed by _ensure of every value the server was given
             record = {"source": self.name, "code": exc.code, "message": exc.message}
             _append(self._audit, "mcp.unavailable", record)
 
@@ -187,25 +202,30 @@ class McpSource:
                     reason="backoff",
                     retry_after_s=round(self._next_attempt - now, 3),
                 )
+            conn: Connection | None = None
             try:
-                decl, state_dir = self._decl, self._state_dir
-                conn, self._staged = start_server(decl, state_dir=state_dir, secrets=self._secrets,
-                                                  network=self._network)
+                # Staged from the store at every attempt (a rotated secret is what a restart
+                # sends) and remembered *before* the server sees it, so even its handshake
+                # errors are scrubbed.
+                staged = _stage(self._decl, self._secrets)
+                scrub = self._remember(staged.values())
+                conn = open_server(self._decl, staged, state_dir=self._state_dir, network=self._network)
                 tools = list_tools(conn, self._decl)
-            except StockadeError:
+            except StockadeError as exc:
+                if conn is not None:
+                    conn.close()
                 self._failed()
-                raise
+                raise scrubbed(exc, self._scrub) from None
             offered, drift = compare(self.pinned.pin, tools)
+            drift = [scrub_drift(d, scrub) for d in drift]
             self._conn, self.offered, self.drift = conn, frozenset(offered), tuple(drift)
             self.connects += 1
             _append(self._audit, "mcp.connected", {
                 "source": self.name, "transport": self._decl.transport.type, "pid": conn.pid,
                 "offered": sorted(offered), "restart": self.connects > 1,
             })
-            if drift:
-                # A hostile server may put the secrets it was given into a description.
-                scrub = Redactor(self._staged.values())
-                report = [scrub.json_value(d.to_dict()) for d in drift]
+            if drift:  # scrubbed above: a hostile server may put its secrets into a description
+                report = [d.to_dict() for d in drift]
                 _append(self._audit, "mcp.drift", {"source": self.name, "drift": report})
             return conn
 
@@ -216,9 +236,30 @@ class McpSource:
 
     # -- calling --------------------------------------------------------------------------
 
-    def staged_secrets(self) -> dict[str, SecretValue]:
-        """The secrets the running server received (for scrubbing answers and records)."""
-        return dict(self._staged)
+    def _remember(self, values: Iterable[SecretValue]) -> Redactor:
+        """Add values handed to a connection to those scrubbed from everything the source
+        sends (the newest :data:`MAX_REMEMBERED_VALUES`); return the redactor of them all."""
+        with self._handed_lock:
+            fresh = [v for v in values if v.reveal() not in self._handed]
+            for value in fresh:
+                self._handed[value.reveal()] = value
+            while len(self._handed) > MAX_REMEMBERED_VALUES:
+                del self._handed[next(iter(self._handed))]
+            if fresh:
+                self._scrub = Redactor(self._handed.values())
+            return self._scrub
+
+    def stage(self) -> Redactor:
+        """The redactor of one call: the source's secrets staged from the store now (what a
+        restart inside the call sends) and every value a connection of it was handed.
+
+        Raises:
+            CredentialUnavailable: a declared secret is not stored (fail closed).
+        """
+        current = _stage(self._decl, self._secrets)
+        with self._handed_lock:
+            values = [*self._handed.values(), *current.values()]
+        return Redactor(values)
 
     def call(
         self,
@@ -250,25 +291,32 @@ class McpSource:
                 source=self.name, max_concurrent_calls=cap,
             )
         try:
-            conn = self._ensure()  # a restart is bounded by startup_timeout_ms, not by timeout_s
-            deadline = time.monotonic() + timeout_s
-            if tool not in self.offered:
-                raise self._withheld(tool)
-            params = {"name": self._remote[tool], "arguments": dict(arguments)}
-            try:
-                result = conn.request("tools/call", params, timeout_s=max(0.001, deadline - time.monotonic()),
-                                      cancel=cancel)
-            except McpUnavailable as exc:
-                if exc.details.get("reason") == "rpc_error":
-                    raise ToolFailed(exc.message, tool=tool) from None
-                with self._lock:
-                    self._failed()
-                raise
-            with self._lock:
-                self._failures = 0
-            return self._output(tool, result)
+            return self._call(tool, arguments, timeout_s=timeout_s, cancel=cancel)
+        except StockadeError as exc:  # every text that leaves the source passes its redactor
+            raise scrubbed(exc, self._scrub) from None
         finally:
             self._slots.release()
+
+    def _call(
+        self, tool: str, arguments: Mapping[str, Any], *, timeout_s: float, cancel: threading.Event | None
+    ) -> str:
+        conn = self._ensure()  # a restart is bounded by startup_timeout_ms, not by timeout_s
+        deadline = time.monotonic() + timeout_s
+        if tool not in self.offered:
+            raise self._withheld(tool)
+        params = {"name": self._remote[tool], "arguments": dict(arguments)}
+        try:
+            result = conn.request("tools/call", params, timeout_s=max(0.001, deadline - time.monotonic()),
+                                  cancel=cancel)
+        except McpUnavailable as exc:
+            if exc.details.get("reason") == "rpc_error":
+                raise ToolFailed(exc.message, tool=tool) from None
+            with self._lock:
+                self._failed()
+            raise
+        with self._lock:
+            self._failures = 0
+        return self._output(tool, result)
 
     def _withheld(self, tool: str) -> McpToolChanged:
         remote = self._remote.get(tool, tool)
@@ -280,6 +328,15 @@ class McpSource:
         )
 
     def _output(self, tool: str, result: Any) -> str:
+        try:
+            return self._canonical_output(tool, result)
+        except InputInvalid as exc:  # NaN, 1e999, a lone surrogate...: the server's fault, not the caller's
+            raise OutputInvalid(
+                f"MCP tool {tool} answered a value JSON cannot carry exactly: {exc.message}",
+                tool=tool, pointer=exc.details.get("pointer"), rule=exc.details.get("rule"),
+            ) from None
+
+    def _canonical_output(self, tool: str, result: Any) -> str:
         if not isinstance(result, dict) or not isinstance(result.get("content", []), list):
             raise OutputInvalid(f"MCP tool {tool} answered something that is not a tool result")
         content = result.get("content", [])
@@ -290,10 +347,10 @@ class McpSource:
             structured = result.get("structuredContent")
             if structured is None:
                 raise OutputInvalid(f"MCP tool {tool} pins an output schema but sent no structuredContent")
-            return canonical_json(structured).decode("utf-8")
+            return canonical_json(self._scrub.json_value(structured)).decode("utf-8")
         if any(not isinstance(b, dict) or b.get("type") != "text" for b in content):
             raise OutputInvalid(f"MCP tool {tool} sent non-text content; only text is passed on")
-        return canonical_json({"text": _text(content)}).decode("utf-8")
+        return canonical_json({"text": self._scrub.text(_text(content))}).decode("utf-8")
 
     def close(self) -> None:
         """Kill the server's process group. Idempotent."""
@@ -328,11 +385,29 @@ def start_server(
             (``unsupported_transport``: an http source without the ``mcp`` extra).
         EgressDenied, EgressUnreachable: an http endpoint refused by the egress rules.
     """
-    transport = decl.transport
     staged = _stage(decl, secrets)
+    try:
+        return open_server(decl, staged, state_dir=state_dir, network=network), staged
+    except StockadeError as exc:
+        raise scrubbed(exc, Redactor(staged.values())) from None
+
+
+def open_server(
+    decl: McpDeclaration, staged: Mapping[str, SecretValue], *, state_dir: Path, network: McpNetwork | None
+) -> Connection:
+    """Start a declared stdio server, or open an HTTP session, handing it ``staged``.
+
+    Errors are not scrubbed here: the caller holds the redactor of what it staged.
+
+    Raises:
+        McpUnavailable, McpTimeout, CredentialUnavailable, EgressDenied, EgressUnreachable:
+            as :func:`start_server`.
+    """
+    transport = decl.transport
     if isinstance(transport, HttpTransport):
-        return _open_http(decl, transport, staged, network or McpNetwork()), staged
-    assert isinstance(transport, StdioTransport)
+        return _open_http(decl, transport, staged, network or McpNetwork())
+    if not isinstance(transport, StdioTransport):  # pragma: no cover - the union has two members
+        raise TypeError(f"unknown transport {type(transport).__name__}")
     env = dict(decl.env)
     for item in decl.secrets:
         if item.env is not None:
@@ -347,7 +422,7 @@ def start_server(
         memory_bytes=decl.limits.memory_bytes,
         timeout_s=decl.limits.startup_timeout_ms / 1000,
     )
-    return conn, staged
+    return conn
 
 
 def _open_http(
@@ -376,6 +451,58 @@ def _open_http(
         name=decl.name, url=transport.url, headers=headers, network=network,
         max_message_bytes=decl.limits.max_output_bytes, timeout_s=decl.limits.startup_timeout_ms / 1000,
     )
+
+
+def probe(
+    decl: McpDeclaration, *, state_dir: Path, secrets: SecretsStore | None, network: McpNetwork | None = None
+) -> tuple[list[Mapping[str, Any]], Redactor]:
+    """Start the declared server once, list its tools and stop it (pinning, ``--dry-run``).
+
+    Returns the live tools and the redactor of the secrets the server was given, which
+    the caller applies to everything it prints or stores; errors are already scrubbed.
+
+    Raises:
+        McpUnavailable, McpTimeout, CredentialUnavailable, EgressDenied, EgressUnreachable:
+            as :func:`start_server`, scrubbed of the staged secrets.
+    """
+    staged = _stage(decl, secrets)
+    scrub = Redactor(staged.values())
+    try:
+        conn = open_server(decl, staged, state_dir=state_dir, network=network)
+        try:
+            return list_tools(conn, decl), scrub
+        finally:
+            conn.close()
+    except StockadeError as exc:
+        raise scrubbed(exc, scrub) from None
+
+
+def scrubbed(exc: StockadeError, scrub: Redactor) -> StockadeError:
+    """``exc`` with its message and details scrubbed by ``scrub`` (in place; returned)."""
+    if scrub.empty:
+        return exc
+    exc.message = scrub.text(exc.message)
+    exc.args = (exc.message,)
+    details: dict[str, Any] = {}
+    for key, value in exc.details.items():
+        try:
+            details[key] = scrub.json_value(value)
+        except TypeError:  # not JSON-able: only its text form can be shown
+            details[key] = scrub.text(str(value))
+    exc.details = details
+    return exc
+
+
+def scrub_drift(drift: ToolDrift, scrub: Redactor) -> ToolDrift:
+    """``drift`` with the live (and pinned) values scrubbed by ``scrub``."""
+    if scrub.empty:
+        return drift
+
+    def clean(values: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        return None if values is None else {scrub.text(k): scrub.json_value(v) for k, v in values.items()}
+
+    return dataclasses.replace(drift, name=scrub.text(drift.name), pinned=clean(drift.pinned),
+                               live=clean(drift.live))
 
 
 def _stage(decl: McpDeclaration, secrets: SecretsStore | None) -> dict[str, SecretValue]:

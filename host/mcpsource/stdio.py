@@ -17,7 +17,9 @@ it must control the spawn and bound every byte it reads:
   256 descriptors, and ``RLIMIT_AS`` when the declaration sets ``memory_bytes``;
 - **messages**: newline-delimited JSON-RPC read in a reader thread with a running byte
   count: a message longer than ``max_message_bytes`` kills the server (the bytes are
-  never buffered beyond the bound); malformed JSON kills it too.
+  never buffered beyond the bound); each line is parsed by the host's strict, bounded
+  parser (:func:`host.mcpsource.rpc.parse_message`: nesting, UTF-8, syntax, duplicate
+  keys), and a malformed one kills the server at once (``malformed``).
 
 Every failure is a :class:`~host.errors.McpUnavailable` (or its child
 :class:`~host.errors.McpTimeout`); a request never waits past its deadline.
@@ -47,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from host.errors import McpTimeout, McpUnavailable
-from host.mcpsource.rpc import Pending, cancelled, wait_answer
+from host.mcpsource.rpc import Pending, cancelled, parse_message, wait_answer
 
 __all__ = ["StdioConnection"]
 
@@ -278,6 +280,13 @@ class StdioConnection:
     # -- reading -------------------------------------------------------------------------
 
     def _read_stdout(self) -> None:
+        try:
+            self._read_messages()
+        except Exception as exc:  # a dead reader would leave every call waiting for its timeout
+            _log.error("MCP source %s: reader failed (%s)", self.name, type(exc).__name__)
+            self._fail(self._malformed(f"{type(exc).__name__} while reading"))
+
+    def _read_messages(self) -> None:
         stdout = self._proc.stdout
         if stdout is None:  # pragma: no cover - Popen(stdout=PIPE) always sets it
             return
@@ -320,18 +329,11 @@ class StdioConnection:
 
     def _dispatch(self, line: bytes) -> bool:
         try:
-            message = json.loads(line)
+            message = parse_message(line)
             if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
                 raise ValueError("not a JSON-RPC 2.0 object")
         except ValueError as exc:
-            self._fail(
-                McpUnavailable(
-                    f"MCP source {self.name} spoke malformed JSON-RPC ({str(exc)[:120]}); "
-                    "the server was stopped",
-                    source=self.name,
-                    reason="malformed",
-                )
-            )
+            self._fail(self._malformed(str(exc)))
             return False
         if "method" in message:
             if "id" in message:  # a server-to-client request (sampling, roots...): not offered
@@ -356,6 +358,13 @@ class StdioConnection:
             pending.result = message.get("result")
         pending.done.set()
         return True
+
+    def _malformed(self, what: str) -> McpUnavailable:
+        return McpUnavailable(
+            f"MCP source {self.name} spoke malformed JSON-RPC ({what[:120]}); the server was stopped",
+            source=self.name,
+            reason="malformed",
+        )
 
     def _read_stderr(self) -> None:
         stderr = self._proc.stderr

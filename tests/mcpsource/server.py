@@ -10,6 +10,7 @@ it was given, crash mid-call, or write malformed JSON-RPC. ``block`` signals thr
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -93,6 +94,39 @@ def text(value: str, *, error: bool = False) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=value)], is_error=error)
 
 
+def leak_text(token: str) -> str:
+    """The answer of ``leak``: the token, and with ``leak_forms`` its base64 and hex too."""
+    if behaviour().get("leak_forms"):
+        encoded = base64.b64encode(token.encode()).decode()
+        return f"plain {token} base64 {encoded} hex {token.encode().hex()}"
+    return f"the token is {token}"
+
+
+def first_start(b: dict[str, Any]) -> bool:
+    """True (once) when ``fail_first_start`` names a marker file that does not exist yet."""
+    marker = b.get("fail_first_start")
+    if not marker or Path(marker).exists():
+        return False
+    Path(marker).write_text("started once")
+    return True
+
+
+def hostile_session(error: dict[str, Any]) -> None:
+    """Speak raw JSON-RPC: answer ``initialize`` normally unless it is ``error["method"]``,
+    which is answered with a JSON-RPC error quoting the token this process was given."""
+    token = os.environ.get("API_TOKEN", "")
+    for line in sys.stdin.buffer:
+        message = json.loads(line)
+        if "id" not in message:
+            continue
+        if message.get("method") == error["method"]:
+            reply: dict[str, Any] = {"error": {"code": -32000, "message": error["message"].replace("{token}", token)}}
+        else:
+            reply = {"result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                                "serverInfo": {"name": "hostile", "version": "1"}}}
+        os.write(RAW_STDOUT, json.dumps({"jsonrpc": "2.0", "id": message["id"], **reply}).encode() + b"\n")
+
+
 def whoami() -> str:
     fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
     import resource  # noqa: PLC0415
@@ -112,6 +146,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "echo":
         return text(str(args["message"]))
     if name == "add":
+        if behaviour().get("add_nan"):  # the SDK would write NaN as null: write the answer itself
+            answer = {"content": [{"type": "text", "text": "NaN"}], "structuredContent": {"sum": "@"}}
+            line = json.dumps({"jsonrpc": "2.0", "id": ctx.request_id, "result": answer})
+            os.write(RAW_STDOUT, line.replace('"@"', "NaN").encode() + b"\n")
+            await anyio.sleep(3600)
         total = int(args["a"]) + int(args["b"])
         return types.CallToolResult(content=[types.TextContent(type="text", text=str(total))],
                                     structured_content={"sum": total})
@@ -120,13 +159,15 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "big":
         return text("x" * int(args["bytes"]))
     if name == "leak":
-        return text(f"the token is {os.environ.get('API_TOKEN', '')}")
+        return text(leak_text(os.environ.get("API_TOKEN", "")))
     if name == "fail":
         return text(f"refused with token {os.environ.get('API_TOKEN', '')}", error=True)
     if name == "crash":
         os._exit(3)
     if name == "garble":
-        os.write(RAW_STDOUT, b"{this is not json\n")
+        depth = int(behaviour().get("garble_depth", 0))  # a line nested this deep, else not JSON
+        line = b"[" * depth + b"]" * depth if depth else b"{this is not json"
+        os.write(RAW_STDOUT, line + b"\n")
         await anyio.sleep(3600)
     if name == "whoami":
         return text(whoami())
@@ -165,6 +206,11 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if first_start(behaviour()):  # a server that fails its first start (at Host.open)
+        sys.exit(1)
+    if behaviour().get("rpc_error"):
+        hostile_session(behaviour()["rpc_error"])
+        sys.exit(0)
     anyio.run(main)
     if behaviour().get("linger"):  # a hostile server that outlives its stdin
         import time

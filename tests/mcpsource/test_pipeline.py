@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from host.audit import verify
 from host.mcpsource.pinning import pin_source, pin_tools
@@ -113,3 +114,26 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_stdio_line_nested_20000_deep_fails_the_call_at_once_as_malformed(world: McpWorld) -> None:
+    # Under the size limit, but deep enough to blow json's recursion in the reader thread:
+    # without the bounded parser the call waited for its 5 s timeout (MCP_TIMEOUT).
+    world.behave(garble_depth=20_000)
+    host = world.open()
+    started = time.monotonic()
+    result = host.call(request("test.garble"))
+    elapsed = time.monotonic() - started
+    assert not result.ok and result.error is not None
+    assert (result.error.code, result.error.details["reason"]) == ("MCP_UNAVAILABLE", "malformed")
+    assert elapsed < 3.0
+    assert host.call(request("test.echo", {"message": "after"})).ok  # restarted
+
+
+def test_nan_in_structured_answer_is_output_invalid_not_input_invalid(world: McpWorld) -> None:
+    world.behave(add_nan=True)
+    host = world.open()
+    result = host.call(request("test.add", {"a": 1, "b": 2}))
+    assert not result.ok and result.error is not None
+    assert result.error.code == "OUTPUT_INVALID", result.error
+    assert world.records("call.outcome")[-1]["error"]["code"] == "OUTPUT_INVALID"
