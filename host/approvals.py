@@ -17,7 +17,10 @@ Invariants:
   never redeemed and are dropped on the next write;
 - a decision is consumed once: :meth:`ApprovalQueue.redeem` removes an approved or
   denied entry in the same locked step that reads it (single use);
-- at most :data:`MAX_PENDING` entries; a full queue refuses new entries (fail closed);
+- at most ``max_per_principal`` entries per principal (default
+  :data:`MAX_PENDING_PER_PRINCIPAL`) and :data:`MAX_PENDING` in all, so one principal
+  cannot fill the queue for the others; a principal over its share, or a full queue, is
+  refused with APPROVAL_QUEUE_FULL naming the bound (fail closed);
 - an unreadable or malformed file fails closed (APPROVAL_INVALID), never as "empty".
 
 The class is the port a later state-store backend implements (``request``, ``entries``,
@@ -44,13 +47,22 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
-from host.errors import ApprovalInvalid
+from host.errors import ApprovalInvalid, ApprovalQueueFull
 from host.plan import InvocationPlan
 
-__all__ = ["FORMAT", "MAX_PENDING", "ApprovalQueue", "PendingApproval", "Redemption", "asdict_entry"]
+__all__ = [
+    "FORMAT",
+    "MAX_PENDING",
+    "MAX_PENDING_PER_PRINCIPAL",
+    "ApprovalQueue",     "PendingApproval",
+    "Redemption",
+    "asdict_entry",
+    "check_pending_bounds",
+]
 
 FORMAT: Final = "stockade.approvals/1"
-MAX_PENDING: Final = 256  # entries in one queue
+MAX_PENDING: Final = 1024  # entries in one queue, all principals together
+MAX_PENDING_PER_PRINCIPAL: Final = 16  # entries one principal may have pending (default)
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024  # bytes of approvals.json
 DEFAULT_TTL_S: Final = 900.0  # s an entry lives after it was queued
 MAX_SUMMARY_CHARS: Final = 1024  # characters of the input summary kept
@@ -120,21 +132,28 @@ class ApprovalQueue:
 
     # -- the port ------------------------------------------------------------------------
 
-    def request(self, plan: InvocationPlan, *, summary: str) -> PendingApproval:
+    def request(
+        self, plan: InvocationPlan, *, summary: str, max_per_principal: int = MAX_PENDING_PER_PRINCIPAL
+    ) -> PendingApproval:
         """Queue ``plan`` for a person's decision, or return the live entry already queued.
 
+        Args:
+            plan: the approval-required plan.
+            summary: the bounded input summary shown to a person.
+            max_per_principal: live entries this plan's principal may hold.
+
         Raises:
-            ApprovalInvalid: the queue is full or unreadable.
+            ApprovalQueueFull: the principal holds ``max_per_principal`` live entries, or
+                the queue holds :data:`MAX_PENDING`.
+            ApprovalInvalid: the queue is unreadable.
         """
         key = _key_of(plan)
         with self._locked() as entries:
             existing = entries.get(key)
             if existing is not None:
                 return existing
-            if len(entries) >= MAX_PENDING:
-                raise ApprovalInvalid(
-                    f"the approval queue holds {MAX_PENDING} entries; decide or let some expire first"
-                )
+            mine = sum(1 for k in entries if (k.project, k.subject) == (key.project, key.subject))
+            check_pending_bounds(mine, len(entries), max_per_principal=max_per_principal)
             now = self._clock()
             preview = plan.preview
             entry = PendingApproval(
@@ -255,6 +274,28 @@ class ApprovalQueue:
     def _store(self, entries: dict[_Key, PendingApproval]) -> None:
         body = {"format": FORMAT, "entries": [asdict_entry(e) for e in entries.values()]}
         atomic_write(self._path, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def check_pending_bounds(mine: int, total: int, *, max_per_principal: int) -> None:
+    """Refuse one more entry when the principal (``mine`` live entries) or the queue
+    (``total``) is at its bound; shared by every queue backend.
+
+    Raises:
+        ApprovalQueueFull: the bound that was reached is named in the message and details.
+    """
+    if mine >= max_per_principal:
+        raise ApprovalQueueFull(
+            f"this principal already has {mine} pending approvals (the bound is {max_per_principal} "
+            "per principal)",
+            bound="per_principal",
+            limit=max_per_principal,
+        )
+    if total >= MAX_PENDING:
+        raise ApprovalQueueFull(
+            f"the approval queue holds {total} pending approvals (the bound is {MAX_PENDING} in all)",
+            bound="total",
+            limit=MAX_PENDING,
+        )
 
 
 def asdict_entry(entry: PendingApproval) -> dict[str, Any]:

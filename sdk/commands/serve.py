@@ -100,6 +100,14 @@ def register(sub: Any) -> None:
         "--max-concurrency", type=_positive, default=max(2, (os.cpu_count() or 1) * 2), metavar="N",
         help="calls run at once; one more is refused with BUSY (default: CPU count x 2)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-calls-per-principal", type=_positive, default=None, metavar="N",
+        help="calls one principal may run at once, waiting ones included (default: --max-concurrency / 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-pending-per-principal", type=_positive, default=16, metavar="N",
+        help="queued approvals one principal may have pending; one more is APPROVAL_QUEUE_FULL (default: 16)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -156,7 +164,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = StockadeMCP(
             lambda: _open(args, root, audit, shared),
-            options=ServeOptions(state_dir=root, principal=principal, max_concurrency=args.max_concurrency),
+            options=ServeOptions(
+                state_dir=root,
+                principal=principal,
+                max_concurrency=args.max_concurrency,
+                max_calls_per_principal=args.max_calls_per_principal,
+                max_pending_per_principal=args.max_pending_per_principal,
+            ),
         )
         try:
             if args.transport == "stdio":
