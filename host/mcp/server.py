@@ -60,6 +60,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from host.adapters.schemas import mcp_annotations
 from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
@@ -269,7 +270,10 @@ class StockadeMCP:
         claims = (token.claims or {}) if token is not None else {}
         if token is None or token.subject is None or not isinstance(claims.get("project"), str):
             raise MCPError(code=_INVALID_PARAMS, message="no authenticated principal")
-        return Principal(project=claims["project"], subject=token.subject, expires_at=token.expires_at)
+        try:
+            return Principal(project=claims["project"], subject=token.subject, expires_at=token.expires_at)
+        except ValidationError:  # a control character, an over-long name: the envelope's rule
+            raise MCPError(code=_INVALID_PARAMS, message="the authenticated principal is not valid") from None
 
     # -- tools/list ----------------------------------------------------------------------
 
