@@ -123,6 +123,9 @@ class ServeOptions:
             (at least 1), so one principal never holds every slot.
         max_pending_per_principal: queued approvals one principal may have pending;
             one more is APPROVAL_QUEUE_FULL (the queue holds ``MAX_PENDING`` in all).
+        max_streams_per_principal: ``subscriptions/listen`` streams one principal may
+            hold open; one more is a JSON-RPC error naming the bound.
+        max_streams: ``subscriptions/listen`` streams open at once, all principals.
         approval_ttl_s: lifetime of an ``input_required`` state and of a queued approval.
     """
 
@@ -132,6 +135,8 @@ class ServeOptions:
     max_concurrency: int = max(2, (os.cpu_count() or 1) * 2)
     max_calls_per_principal: int | None = None
     max_pending_per_principal: int = MAX_PENDING_PER_PRINCIPAL
+    max_streams_per_principal: int = 4
+    max_streams: int = 256
     approval_ttl_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -139,8 +144,8 @@ class ServeOptions:
             raise ValueError("max_concurrency must be at least 1")
         if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
             raise ValueError("max_calls_per_principal must be at least 1")
-        if self.max_pending_per_principal < 1:
-            raise ValueError("max_pending_per_principal must be at least 1")
+        if min(self.max_pending_per_principal, self.max_streams_per_principal, self.max_streams) < 1:
+            raise ValueError("the pending and stream bounds must be at least 1")
 
     @property
     def calls_per_principal(self) -> int:
@@ -183,13 +188,15 @@ class StockadeMCP:
             self._queue = self._slot.host.store.pending
         self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 subscriptions/listen streams
+        self._listener = ListenHandler(self._bus, max_subscriptions=options.max_streams)
+        self._streams_by: dict[tuple[str, str], int] = {}  # open listen streams per principal
         self.server: Server[Any] = Server(
             "stockade",
             version=_version(),
             instructions="Sandboxed tools; every call is policy-checked, approved where needed and audited.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_subscriptions_listen=ListenHandler(self._bus),
+            on_subscriptions_listen=self._listen,
         )
 
     @property
@@ -274,6 +281,27 @@ class StockadeMCP:
             return Principal(project=claims["project"], subject=token.subject, expires_at=token.expires_at)
         except ValidationError:  # a control character, an over-long name: the envelope's rule
             raise MCPError(code=_INVALID_PARAMS, message="the authenticated principal is not valid") from None
+
+    # -- subscriptions/listen -------------------------------------------------------------
+
+    async def _listen(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        """The SDK's listen stream, bounded per principal (a stream lives until the client
+        hangs up, so one principal could otherwise hold every one of ``max_streams``)."""
+        key = self._principal().key
+        bound = self.options.max_streams_per_principal
+        if self._streams_by.get(key, 0) >= bound:
+            raise MCPError(
+                code=_INVALID_PARAMS,
+                message=f"BUSY: this principal already holds {bound} listen streams (the bound is {bound} "
+                "per principal); close one first",
+            )
+        self._streams_by[key] = self._streams_by.get(key, 0) + 1
+        try:
+            return await self._listener(ctx, params)
+        finally:
+            left = self._streams_by.pop(key, 1) - 1
+            if left > 0:
+                self._streams_by[key] = left
 
     # -- tools/list ----------------------------------------------------------------------
 
