@@ -7,6 +7,7 @@ SDK's own ``Client`` against a real Host (WAT components, lock, policy file, aud
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -159,3 +160,24 @@ class _as:
 
     def __exit__(self, *exc: object) -> None:
         object.__setattr__(self._app, "options", self._saved)
+
+
+def test_one_principal_holding_listen_streams_leaves_others_theirs(world: World) -> None:
+    # Attack: one token held 1,000 subscriptions/listen streams open (the SDK's bound,
+    # 1,024, was shared by every principal).
+    app = world.app(max_streams_per_principal=2)
+
+    async def body() -> None:
+        async with mcp.Client(app.server) as client, contextlib.AsyncExitStack() as streams:
+            for _ in range(2):
+                await streams.enter_async_context(client.listen(tools_list_changed=True))
+            with pytest.raises(MCPError, match="the bound is 2 per principal"):
+                async with client.listen(tools_list_changed=True):
+                    pass
+            with _as(app, BOB):
+                async with client.listen(tools_list_changed=True):
+                    pass  # bob's share is his own
+            assert (await client.call_tool("echo.say", {"message": "still"})).is_error is False
+
+    run(body)
+    app.close()
