@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -66,6 +67,7 @@ MAX_PENDING_PER_PRINCIPAL: Final = 16  # entries one principal may have pending 
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024  # bytes of approvals.json
 DEFAULT_TTL_S: Final = 900.0  # s an entry lives after it was queued
 MAX_SUMMARY_CHARS: Final = 1024  # characters of the input summary kept
+MAX_INPUT_CHARS: Final = 256 * 1024  # characters of a queued call's whole input (beside the entry)
 
 Status = Literal["pending", "approved", "denied"]
 Redemption = Literal["approved", "denied", "pending", "absent"]
@@ -127,13 +129,19 @@ class ApprovalQueue:
         self._dir = Path(state_dir)
         self._path = self._dir / "approvals.json"
         self._lock_path = self._dir / "approvals.lock"
+        self._inputs = self._dir / "approvals.inputs"
         self._ttl = ttl_s
         self._clock = clock
 
     # -- the port ------------------------------------------------------------------------
 
     def request(
-        self, plan: InvocationPlan, *, summary: str, max_per_principal: int = MAX_PENDING_PER_PRINCIPAL
+        self,
+        plan: InvocationPlan,
+        *,
+        summary: str,
+        max_per_principal: int = MAX_PENDING_PER_PRINCIPAL,
+        full_input: str | None = None,
     ) -> PendingApproval:
         """Queue ``plan`` for a person's decision, or return the live entry already queued.
 
@@ -141,6 +149,9 @@ class ApprovalQueue:
             plan: the approval-required plan.
             summary: the bounded input summary shown to a person.
             max_per_principal: live entries this plan's principal may hold.
+            full_input: the whole canonical input (sensitive parameters redacted), kept
+                beside the entry for ``stockade approvals show`` (at most
+                :data:`MAX_INPUT_CHARS`), and removed with it.
 
         Raises:
             ApprovalQueueFull: the principal holds ``max_per_principal`` live entries, or
@@ -172,7 +183,22 @@ class ApprovalQueue:
                 expires_at=now + self._ttl,
             )
             entries[key] = entry
+            if full_input is not None:
+                self._inputs.mkdir(mode=0o700, exist_ok=True)
+                atomic_write(self._inputs / _input_name(key), full_input[:MAX_INPUT_CHARS].encode("utf-8"))
             return entry
+
+    def full_input(self, entry: PendingApproval) -> str | None:
+        """The whole canonical input kept for ``entry``, or ``None`` when none was kept.
+
+        Raises:
+            ApprovalInvalid: the kept input is unreadable.
+        """
+        path = self._inputs / _input_name(_key(entry))
+        if not path.exists():
+            return None
+        data = read_regular(path, MAX_INPUT_CHARS * 4, what="a queued input", error=ApprovalInvalid)
+        return data.decode("utf-8", errors="replace")
 
     def entries(self) -> list[PendingApproval]:
         """Every live (unexpired) entry, oldest first.
@@ -274,6 +300,11 @@ class ApprovalQueue:
     def _store(self, entries: dict[_Key, PendingApproval]) -> None:
         body = {"format": FORMAT, "entries": [asdict_entry(e) for e in entries.values()]}
         atomic_write(self._path, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+        if self._inputs.is_dir():  # an input lives exactly as long as its entry
+            kept = {_input_name(k) for k in entries}
+            for path in self._inputs.iterdir():
+                if path.name not in kept:
+                    path.unlink(missing_ok=True)
 
 
 def check_pending_bounds(mine: int, total: int, *, max_per_principal: int) -> None:
@@ -301,6 +332,10 @@ def check_pending_bounds(mine: int, total: int, *, max_per_principal: int) -> No
 def asdict_entry(entry: PendingApproval) -> dict[str, Any]:
     """JSON form of an entry (for the file and for ``--json`` listings)."""
     return entry.model_dump(mode="json")
+
+
+def _input_name(key: _Key) -> str:
+    return hashlib.sha256(f"{key.digest}\0{key.project}\0{key.subject}".encode()).hexdigest() + ".json"
 
 
 def _key(entry: PendingApproval) -> _Key:

@@ -62,6 +62,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from host._text import escape_unsafe
 from host.adapters.schemas import mcp_annotations
 from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
 from host.audit import redact_params
@@ -535,6 +536,7 @@ class StockadeMCP:
                     plan,
                     summary=_input_summary(host, plan),
                     max_per_principal=self.options.max_pending_per_principal,
+                    full_input=_full_input(host, plan),
                 )
             except StockadeError as exc:
                 return _error_result(exc, digest=plan.action_digest)
@@ -691,6 +693,9 @@ async def _progress(ctx: ServerRequestContext[Any, Any]) -> AsyncIterator[Progre
 
 
 def _preview_message(host: Host, plan: InvocationPlan) -> str:
+    """What the person reads: every line escaped (control, zero-width and bidi characters
+    shown as ``\\uXXXX``, :mod:`host._text`), so a U+202E in the input or a manifest
+    cannot reorder what is approved."""
     p = plan.preview
     lines = [
         f"Approve a call of {p.tool}@{p.version}?",
@@ -699,16 +704,23 @@ def _preview_message(host: Host, plan: InvocationPlan) -> str:
         f"hosts: {', '.join(p.hosts) or '(no network)'}",
         f"secrets: {', '.join(p.secrets) or '-'}",
         f"action digest: {p.action_digest}",
-        f"input: {_input_summary(host, plan)}",
     ]
-    return "\n".join(lines)
+    return "\n".join([*(escape_unsafe(line) for line in lines), f"input: {_input_summary(host, plan)}"])
+
+
+def _full_input(host: Host, plan: InvocationPlan) -> str:
+    """The whole canonical input, sensitive parameters redacted (unescaped: escape to show)."""
+    tool = host.registry.get(plan.tool, plan.version)
+    return canonical_json(redact_params(plan.request.input, tool.sensitive_params)).decode("utf-8")
 
 
 def _input_summary(host: Host, plan: InvocationPlan) -> str:
-    tool = host.registry.get(plan.tool, plan.version)
-    shown = canonical_json(redact_params(plan.request.input, tool.sensitive_params)).decode("utf-8")
+    """The input as a person reads it in a preview: escaped, cut at :data:`MAX_SUMMARY_CHARS`
+    with the whole length said (``stockade approvals show`` prints all of it)."""
+    shown = escape_unsafe(_full_input(host, plan))
     if len(shown) > MAX_SUMMARY_CHARS:
-        shown = shown[: MAX_SUMMARY_CHARS - 13] + "…[truncated]"
+        cut = f"…[truncated: {len(shown)} characters in all]"
+        shown = shown[: MAX_SUMMARY_CHARS - len(cut)] + cut
     return shown
 
 

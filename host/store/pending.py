@@ -35,10 +35,16 @@ class PendingApprovalPort(Protocol):
     """The queue of actions waiting for a person (the contract of ``ApprovalQueue``)."""
 
     def request(
-        self, plan: InvocationPlan, *, summary: str, max_per_principal: int = MAX_PENDING_PER_PRINCIPAL
+        self,
+        plan: InvocationPlan,
+        *,
+        summary: str,
+        max_per_principal: int = MAX_PENDING_PER_PRINCIPAL,
+        full_input: str | None = None,
     ) -> PendingApproval:
         """Queue ``plan`` (or return the live entry already queued); refuse past the
-        principal's share or the total (``ApprovalQueueFull``)."""
+        principal's share or the total (``ApprovalQueueFull``). ``full_input`` is kept
+        for ``stockade approvals show`` where the backend can (the file queue)."""
         ...
 
     def entries(self) -> list[PendingApproval]:
@@ -73,9 +79,17 @@ class PgPendingApprovals:
         self._clock = clock
 
     def request(
-        self, plan: InvocationPlan, *, summary: str, max_per_principal: int = MAX_PENDING_PER_PRINCIPAL
+        self,
+        plan: InvocationPlan,
+        *,
+        summary: str,
+        max_per_principal: int = MAX_PENDING_PER_PRINCIPAL,
+        full_input: str | None = None,
     ) -> PendingApproval:
         """Queue ``plan`` for a person's decision, or return the live entry already queued.
+
+        ``full_input`` is not kept on PostgreSQL (``stockade approvals show`` then shows
+        the summary and says so).
 
         Raises:
             ApprovalQueueFull: the principal holds ``max_per_principal`` live entries, or

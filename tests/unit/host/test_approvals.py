@@ -135,3 +135,14 @@ def test_concurrent_requests_lose_no_entry(fx: HostFixture, tmp_path: Path) -> N
     assert {e.action_digest for e in ApprovalQueue(tmp_path / "q").entries()} == {
         p.action_digest for p in plans
     }
+
+
+def test_queued_whole_input_lives_exactly_as_long_as_its_entry(fx: HostFixture, tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "q")
+    plan = plan_for(fx, message="whole")
+    entry = queue.request(plan, summary="short", full_input='{"message":"whole"}')
+    assert queue.full_input(entry) == '{"message":"whole"}'
+    queue.decide(plan.action_digest, approve=True, by="test")
+    queue.redeem(plan.action_digest, project=entry.project, subject=entry.subject)
+    assert queue.full_input(entry) is None
+    assert list((tmp_path / "q" / "approvals.inputs").iterdir()) == []
