@@ -17,7 +17,10 @@ Invariants:
   never redeemed and are dropped on the next write;
 - a decision is consumed once: :meth:`ApprovalQueue.redeem` removes an approved or
   denied entry in the same locked step that reads it (single use);
-- at most :data:`MAX_PENDING` entries; a full queue refuses new entries (fail closed);
+- at most ``max_per_principal`` entries per principal (default
+  :data:`MAX_PENDING_PER_PRINCIPAL`) and :data:`MAX_PENDING` in all, so one principal
+  cannot fill the queue for the others; a principal over its share, or a full queue, is
+  refused with APPROVAL_QUEUE_FULL naming the bound (fail closed);
 - an unreadable or malformed file fails closed (APPROVAL_INVALID), never as "empty".
 
 The class is the port a later state-store backend implements (``request``, ``entries``,
@@ -33,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -44,16 +48,26 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
-from host.errors import ApprovalInvalid
+from host.errors import ApprovalInvalid, ApprovalQueueFull
 from host.plan import InvocationPlan
 
-__all__ = ["FORMAT", "MAX_PENDING", "ApprovalQueue", "PendingApproval", "Redemption", "asdict_entry"]
+__all__ = [
+    "FORMAT",
+    "MAX_PENDING",
+    "MAX_PENDING_PER_PRINCIPAL",
+    "ApprovalQueue",     "PendingApproval",
+    "Redemption",
+    "asdict_entry",
+    "check_pending_bounds",
+]
 
 FORMAT: Final = "stockade.approvals/1"
-MAX_PENDING: Final = 256  # entries in one queue
+MAX_PENDING: Final = 1024  # entries in one queue, all principals together
+MAX_PENDING_PER_PRINCIPAL: Final = 16  # entries one principal may have pending (default)
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024  # bytes of approvals.json
 DEFAULT_TTL_S: Final = 900.0  # s an entry lives after it was queued
 MAX_SUMMARY_CHARS: Final = 1024  # characters of the input summary kept
+MAX_INPUT_CHARS: Final = 256 * 1024  # characters of a queued call's whole input (beside the entry)
 
 Status = Literal["pending", "approved", "denied"]
 Redemption = Literal["approved", "denied", "pending", "absent"]
@@ -115,26 +129,42 @@ class ApprovalQueue:
         self._dir = Path(state_dir)
         self._path = self._dir / "approvals.json"
         self._lock_path = self._dir / "approvals.lock"
+        self._inputs = self._dir / "approvals.inputs"
         self._ttl = ttl_s
         self._clock = clock
 
     # -- the port ------------------------------------------------------------------------
 
-    def request(self, plan: InvocationPlan, *, summary: str) -> PendingApproval:
+    def request(
+        self,
+        plan: InvocationPlan,
+        *,
+        summary: str,
+        max_per_principal: int = MAX_PENDING_PER_PRINCIPAL,
+        full_input: str | None = None,
+    ) -> PendingApproval:
         """Queue ``plan`` for a person's decision, or return the live entry already queued.
 
+        Args:
+            plan: the approval-required plan.
+            summary: the bounded input summary shown to a person.
+            max_per_principal: live entries this plan's principal may hold.
+            full_input: the whole canonical input (sensitive parameters redacted), kept
+                beside the entry for ``stockade approvals show`` (at most
+                :data:`MAX_INPUT_CHARS`), and removed with it.
+
         Raises:
-            ApprovalInvalid: the queue is full or unreadable.
+            ApprovalQueueFull: the principal holds ``max_per_principal`` live entries, or
+                the queue holds :data:`MAX_PENDING`.
+            ApprovalInvalid: the queue is unreadable.
         """
         key = _key_of(plan)
         with self._locked() as entries:
             existing = entries.get(key)
             if existing is not None:
                 return existing
-            if len(entries) >= MAX_PENDING:
-                raise ApprovalInvalid(
-                    f"the approval queue holds {MAX_PENDING} entries; decide or let some expire first"
-                )
+            mine = sum(1 for k in entries if (k.project, k.subject) == (key.project, key.subject))
+            check_pending_bounds(mine, len(entries), max_per_principal=max_per_principal)
             now = self._clock()
             preview = plan.preview
             entry = PendingApproval(
@@ -153,7 +183,22 @@ class ApprovalQueue:
                 expires_at=now + self._ttl,
             )
             entries[key] = entry
+            if full_input is not None:
+                self._inputs.mkdir(mode=0o700, exist_ok=True)
+                atomic_write(self._inputs / _input_name(key), full_input[:MAX_INPUT_CHARS].encode("utf-8"))
             return entry
+
+    def full_input(self, entry: PendingApproval) -> str | None:
+        """The whole canonical input kept for ``entry``, or ``None`` when none was kept.
+
+        Raises:
+            ApprovalInvalid: the kept input is unreadable.
+        """
+        path = self._inputs / _input_name(_key(entry))
+        if not path.exists():
+            return None
+        data = read_regular(path, MAX_INPUT_CHARS * 4, what="a queued input", error=ApprovalInvalid)
+        return data.decode("utf-8", errors="replace")
 
     def entries(self) -> list[PendingApproval]:
         """Every live (unexpired) entry, oldest first.
@@ -255,11 +300,42 @@ class ApprovalQueue:
     def _store(self, entries: dict[_Key, PendingApproval]) -> None:
         body = {"format": FORMAT, "entries": [asdict_entry(e) for e in entries.values()]}
         atomic_write(self._path, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+        if self._inputs.is_dir():  # an input lives exactly as long as its entry
+            kept = {_input_name(k) for k in entries}
+            for path in self._inputs.iterdir():
+                if path.name not in kept:
+                    path.unlink(missing_ok=True)
+
+
+def check_pending_bounds(mine: int, total: int, *, max_per_principal: int) -> None:
+    """Refuse one more entry when the principal (``mine`` live entries) or the queue
+    (``total``) is at its bound; shared by every queue backend.
+
+    Raises:
+        ApprovalQueueFull: the bound that was reached is named in the message and details.
+    """
+    if mine >= max_per_principal:
+        raise ApprovalQueueFull(
+            f"this principal already has {mine} pending approvals (the bound is {max_per_principal} "
+            "per principal)",
+            bound="per_principal",
+            limit=max_per_principal,
+        )
+    if total >= MAX_PENDING:
+        raise ApprovalQueueFull(
+            f"the approval queue holds {total} pending approvals (the bound is {MAX_PENDING} in all)",
+            bound="total",
+            limit=MAX_PENDING,
+        )
 
 
 def asdict_entry(entry: PendingApproval) -> dict[str, Any]:
     """JSON form of an entry (for the file and for ``--json`` listings)."""
     return entry.model_dump(mode="json")
+
+
+def _input_name(key: _Key) -> str:
+    return hashlib.sha256(f"{key.digest}\0{key.project}\0{key.subject}".encode()).hexdigest() + ".json"
 
 
 def _key(entry: PendingApproval) -> _Key:

@@ -18,6 +18,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ApprovalRequired          APPROVAL_REQUIRED       a person must approve this action first
     ├── ApprovalInvalid           APPROVAL_INVALID        approval absent, used, expired or for another action
     ├── ApprovalDenied            APPROVAL_DENIED         a person declined (or dismissed) the approval
+    ├── ApprovalQueueFull         APPROVAL_QUEUE_FULL     the principal (or the queue) is at its pending bound
     ├── Busy                      BUSY                    serve or an MCP source is at its concurrency cap
     ├── CallCancelled             CANCELLED               the caller cancelled the call; the guest was stopped
     ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
@@ -66,6 +67,7 @@ from typing import Any, ClassVar
 __all__ = [
     "ApprovalDenied",
     "ApprovalInvalid",
+    "ApprovalQueueFull",
     "ApprovalRequired",
     "ArtifactInvalid",
     "AuditUnavailable",
@@ -227,6 +229,18 @@ class ApprovalDenied(StockadeError):
 
     code = "APPROVAL_DENIED"
     default_hint = "The call did not run; ask the person why before proposing it again."
+
+
+class ApprovalQueueFull(StockadeError):
+    """The pending-approval queue refuses a new entry: this principal already has its
+    maximum of pending approvals (``details["bound"]``), or the whole queue is full. Other
+    principals are unaffected by one principal's share."""
+
+    code = "APPROVAL_QUEUE_FULL"
+    default_hint = (
+        "Ask a person to decide the pending approvals (`stockade approvals list`), or wait "
+        "for them to expire; then call again."
+    )
 
 
 class Busy(StockadeError):

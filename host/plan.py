@@ -44,8 +44,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from host._text import has_unsafe
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.errors import (
     ApprovalInvalid,
@@ -85,6 +86,18 @@ MAX_ENVELOPE_BYTES = 128 * 1024  # bytes of a JSON call envelope (input budget +
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _identifier(value: str) -> str:
+    """Refuse control, zero-width and bidi characters in an identifier of the envelope.
+
+    One rule for every transport (Python, CLI, stdio, HTTP tokens, OAuth ``sub``): a NUL
+    or an escape in a principal would break the stores that key on it (PostgreSQL text
+    cannot hold NUL) and mislead the person who reads it in a listing or the audit log.
+    """
+    if has_unsafe(value):
+        raise ValueError("must not contain control, zero-width or bidi characters")
+    return value
+
+
 class Principal(BaseModel):
     """Who is calling: a stable subject inside a project.
 
@@ -100,6 +113,11 @@ class Principal(BaseModel):
     project: str = Field(min_length=1, max_length=128)
     subject: str = Field(min_length=1, max_length=256)
     expires_at: float | None = Field(default=None, allow_inf_nan=False)
+
+    @field_validator("project", "subject")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        return _identifier(value)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -136,6 +154,11 @@ class CallRequest(BaseModel):
     version: str = Field(min_length=1, max_length=64)
     input: dict[str, Any]
     approval: Approval | None = None
+
+    @field_validator("session")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        return _identifier(value)
 
     @classmethod
     def from_json(cls, data: bytes | str) -> CallRequest:

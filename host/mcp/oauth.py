@@ -6,9 +6,14 @@ host never fetches keys at run time: the file is pinned like the lock), with:
 
 - the algorithm from an allowlist (RS256, ES256, EdDSA), matched to the key by ``kid``;
 - ``iss`` equal to the configured issuer and ``aud`` naming the configured audience;
-- ``exp`` required and in the future (``nbf``/``iat`` honoured, 30 s leeway);
+- ``exp`` required and in the future (``nbf``/``iat`` honoured), each a JSON number
+  (a numeric *string* such as ``"9999999999"`` is refused: RFC 7519 NumericDate), with
+  :data:`LEEWAY_S` of clock skew applied everywhere the expiry is checked (the token, the
+  SDK's bearer middleware and the principal's ``expires_at`` all use ``exp + leeway``);
 - ``sub`` required: the principal's subject; the project is the token's
-  ``stockade_project`` claim, or the configured default project when it has none.
+  ``stockade_project`` claim, or the configured default project when it has none; both
+  are refused when they hold a control, zero-width or bidi character (the envelope's
+  rule, :mod:`host._text`).
 
 Anything else is ``None`` (HTTP 401). The SDK's bearer middleware calls
 :meth:`JwtVerifier.verify_token`; its protected-resource metadata names the issuer.
@@ -17,6 +22,7 @@ Anything else is ``None`` (HTTP 401). The SDK's bearer middleware calls
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,6 +30,7 @@ import jwt
 from mcp.server.auth.provider import AccessToken
 
 from host._files import read_regular
+from host._text import has_unsafe
 from host.errors import RequestInvalid
 
 __all__ = ["ALGORITHMS", "JwtVerifier"]
@@ -69,14 +76,14 @@ class JwtVerifier:
             return None
         project = claims.get(PROJECT_CLAIM, self._default_project)
         subject = claims.get("sub")
-        if not isinstance(project, str) or not project or not isinstance(subject, str) or not subject:
+        if not _identifier(project) or not _identifier(subject):
             return None
         client = claims.get("azp") or claims.get("client_id") or subject
         return AccessToken(
             token="jwt:" + str(claims.get("jti", "")),  # never keep the token itself
             client_id=str(client),
             scopes=str(claims.get("scope", "")).split(),
-            expires_at=int(claims["exp"]),
+            expires_at=int(claims["exp"]) + LEEWAY_S,  # the leeway, applied by every later check
             resource=self._audience,
             subject=subject,
             claims={"project": project, "iss": self._issuer},
@@ -103,4 +110,17 @@ class JwtVerifier:
             )
         except jwt.PyJWTError:
             return None
+        if not all(_numeric_date(claims[name]) for name in ("exp", "nbf", "iat") if name in claims):
+            return None  # PyJWT reads "exp": "9999999999" with int(): refuse anything but a number
         return claims
+
+
+def _numeric_date(value: object) -> bool:
+    """A NumericDate (RFC 7519 §2): a finite JSON number, never a string or a boolean."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
+
+
+def _identifier(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 256 and not has_unsafe(value)

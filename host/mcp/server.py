@@ -60,9 +60,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
+from host._text import escape_unsafe
 from host.adapters.schemas import mcp_annotations
-from host.approvals import ApprovalQueue
+from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
 from host.audit import redact_params
 from host.canonical import canonical_json
 from host.errors import (
@@ -117,6 +119,14 @@ class ServeOptions:
             (HTTP with bearer tokens).
         session: the session id passed to ``Host`` for every call.
         max_concurrency: calls running at once; one more is refused with BUSY.
+        max_calls_per_principal: calls one principal may have running at once (a call
+            waiting for a person's answer counts); ``None``: half of ``max_concurrency``
+            (at least 1), so one principal never holds every slot.
+        max_pending_per_principal: queued approvals one principal may have pending;
+            one more is APPROVAL_QUEUE_FULL (the queue holds ``MAX_PENDING`` in all).
+        max_streams_per_principal: ``subscriptions/listen`` streams one principal may
+            hold open; one more is a JSON-RPC error naming the bound.
+        max_streams: ``subscriptions/listen`` streams open at once, all principals.
         approval_ttl_s: lifetime of an ``input_required`` state and of a queued approval.
     """
 
@@ -124,11 +134,26 @@ class ServeOptions:
     principal: Principal | None = None
     session: str = "mcp"
     max_concurrency: int = max(2, (os.cpu_count() or 1) * 2)
+    max_calls_per_principal: int | None = None
+    max_pending_per_principal: int = MAX_PENDING_PER_PRINCIPAL
+    max_streams_per_principal: int = 4
+    max_streams: int = 256
     approval_ttl_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if self.max_calls_per_principal is not None and self.max_calls_per_principal < 1:
+            raise ValueError("max_calls_per_principal must be at least 1")
+        if min(self.max_pending_per_principal, self.max_streams_per_principal, self.max_streams) < 1:
+            raise ValueError("the pending and stream bounds must be at least 1")
+
+    @property
+    def calls_per_principal(self) -> int:
+        """The effective per-principal bound on running calls."""
+        if self.max_calls_per_principal is not None:
+            return min(self.max_calls_per_principal, self.max_concurrency)
+        return max(1, self.max_concurrency // 2)
 
 
 class _Slot:
@@ -153,6 +178,7 @@ class StockadeMCP:
         self._slot = _Slot(opener())
         self._guard = threading.Lock()
         self._active = 0
+        self._active_by: dict[tuple[str, str], int] = {}  # running calls per principal
         self._idle = threading.Condition()
         self._limiter = anyio.CapacityLimiter(options.max_concurrency)
         self._states = RequestStates(ttl_s=options.approval_ttl_s)
@@ -163,13 +189,15 @@ class StockadeMCP:
             self._queue = self._slot.host.store.pending
         self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 subscriptions/listen streams
+        self._listener = ListenHandler(self._bus, max_subscriptions=options.max_streams)
+        self._streams_by: dict[tuple[str, str], int] = {}  # open listen streams per principal
         self.server: Server[Any] = Server(
             "stockade",
             version=_version(),
             instructions="Sandboxed tools; every call is policy-checked, approved where needed and audited.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_subscriptions_listen=ListenHandler(self._bus),
+            on_subscriptions_listen=self._listen,
         )
 
     @property
@@ -250,7 +278,31 @@ class StockadeMCP:
         claims = (token.claims or {}) if token is not None else {}
         if token is None or token.subject is None or not isinstance(claims.get("project"), str):
             raise MCPError(code=_INVALID_PARAMS, message="no authenticated principal")
-        return Principal(project=claims["project"], subject=token.subject, expires_at=token.expires_at)
+        try:
+            return Principal(project=claims["project"], subject=token.subject, expires_at=token.expires_at)
+        except ValidationError:  # a control character, an over-long name: the envelope's rule
+            raise MCPError(code=_INVALID_PARAMS, message="the authenticated principal is not valid") from None
+
+    # -- subscriptions/listen -------------------------------------------------------------
+
+    async def _listen(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        """The SDK's listen stream, bounded per principal (a stream lives until the client
+        hangs up, so one principal could otherwise hold every one of ``max_streams``)."""
+        key = self._principal().key
+        bound = self.options.max_streams_per_principal
+        if self._streams_by.get(key, 0) >= bound:
+            raise MCPError(
+                code=_INVALID_PARAMS,
+                message=f"BUSY: this principal already holds {bound} listen streams (the bound is {bound} "
+                "per principal); close one first",
+            )
+        self._streams_by[key] = self._streams_by.get(key, 0) + 1
+        try:
+            return await self._listener(ctx, params)
+        finally:
+            left = self._streams_by.pop(key, 1) - 1
+            if left > 0:
+                self._streams_by[key] = left
 
     # -- tools/list ----------------------------------------------------------------------
 
@@ -320,12 +372,10 @@ class StockadeMCP:
             try:
                 tool, version = host.resolve_tool("mcp", params.name)
             except ToolNotFound:
-                raise MCPError(code=_INVALID_PARAMS, message=f"Unknown tool: {params.name[:200]}") from None
-            with self._idle:
-                if self._active >= self.options.max_concurrency:
-                    busy = Busy(f"{self.options.max_concurrency} calls are running; this one is not queued")
-                    return _error_result(busy)
-                self._active += 1
+                raise _unknown_tool(params.name) from None
+            busy = self._enter(principal.key)
+            if busy is not None:
+                return _error_result(busy)
             try:
                 request = {
                     "principal": principal,
@@ -335,16 +385,65 @@ class StockadeMCP:
                     "input": params.arguments if params.arguments is not None else {},
                 }
                 async with _progress(ctx) as hook, _until_disconnected(ctx) as outcome:
-                    outcome.append(await self._call(ctx, host, request, params, hook))
+                    outcome.append(await self._answered(ctx, host, request, params, hook))
                 if not outcome:  # the HTTP client went away: the call was cancelled
                     return _error_result(CallCancelled("the client disconnected; the call was cancelled"))
-                return outcome[0]
+                result = outcome[0]
+                if _denied(result) and self._hidden(host, principal, host.registry.get(tool, version)):
+                    # A hidden tool answers exactly like an unknown one: the audit record
+                    # host.call wrote keeps the truth (POLICY_DENIED).
+                    raise _unknown_tool(params.name)
+                return result
             finally:
-                with self._idle:
-                    self._active -= 1
-                    self._idle.notify_all()
+                self._leave(principal.key)
         finally:
             self._release(slot)
+
+    def _enter(self, key: tuple[str, str]) -> Busy | None:
+        """Take a call slot for ``key``, or the BUSY refusal naming the bound it hit."""
+        bound = self.options.calls_per_principal
+        with self._idle:
+            if self._active >= self.options.max_concurrency:
+                return Busy(
+                    f"{self._active} calls are running (the bound is {self.options.max_concurrency} "
+                    "in all); this one is not queued"
+                )
+            if self._active_by.get(key, 0) >= bound:
+                return Busy(
+                    f"this principal already runs {bound} calls (the bound is {bound} per principal); "
+                    "this one is not queued",
+                    hint="Finish or cancel a running call (one waiting for an approval counts), then retry.",
+                )
+            self._active += 1
+            self._active_by[key] = self._active_by.get(key, 0) + 1
+        return None
+
+    def _leave(self, key: tuple[str, str]) -> None:
+        with self._idle:
+            self._active -= 1
+            left = self._active_by.pop(key, 1) - 1
+            if left > 0:
+                self._active_by[key] = left
+            self._idle.notify_all()
+
+    async def _answered(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        host: Host,
+        request: dict[str, Any],
+        params: types.CallToolRequestParams,
+        hook: ProgressHook | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """:meth:`_call`, with every refusal on the way turned into an ``isError`` result.
+
+        A ``StockadeError`` raised anywhere on the call path (the queue, the audit log, the
+        store) becomes the result of its code, never a JSON-RPC internal error.
+        """
+        try:
+            return await self._call(ctx, host, request, params, hook)
+        except StockadeError as exc:
+            _log.warning("tools/call refused: %s", exc.code)
+            return _error_result(exc)
 
     async def _call(
         self,
@@ -432,7 +531,15 @@ class StockadeMCP:
             host.record_approval(plan, "denied", channel="queue")
             return _error_result(ApprovalDenied(f"a person denied {plan.tool}"), digest=plan.action_digest)
         if status == "absent":
-            self._queue.request(plan, summary=_input_summary(host, plan))
+            try:
+                self._queue.request(
+                    plan,
+                    summary=_input_summary(host, plan),
+                    max_per_principal=self.options.max_pending_per_principal,
+                    full_input=_full_input(host, plan),
+                )
+            except StockadeError as exc:
+                return _error_result(exc, digest=plan.action_digest)
             host.record_approval(plan, "requested", channel="queue")
         return _error_result(
             ApprovalRequired(
@@ -460,6 +567,16 @@ class StockadeMCP:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(finished.wait)
             raise
+
+
+def _unknown_tool(name: str) -> MCPError:
+    return MCPError(code=_INVALID_PARAMS, message=f"Unknown tool: {name[:200]}")
+
+
+def _denied(result: types.CallToolResult | types.InputRequiredResult) -> bool:
+    if not isinstance(result, types.CallToolResult) or not result.is_error or result.meta is None:
+        return False
+    return result.meta.get(META_KEY, {}).get("code") in ("POLICY_DENIED", "POLICY_UNAVAILABLE")
 
 
 def _version() -> str:
@@ -576,6 +693,9 @@ async def _progress(ctx: ServerRequestContext[Any, Any]) -> AsyncIterator[Progre
 
 
 def _preview_message(host: Host, plan: InvocationPlan) -> str:
+    """What the person reads: every line escaped (control, zero-width and bidi characters
+    shown as ``\\uXXXX``, :mod:`host._text`), so a U+202E in the input or a manifest
+    cannot reorder what is approved."""
     p = plan.preview
     lines = [
         f"Approve a call of {p.tool}@{p.version}?",
@@ -584,16 +704,23 @@ def _preview_message(host: Host, plan: InvocationPlan) -> str:
         f"hosts: {', '.join(p.hosts) or '(no network)'}",
         f"secrets: {', '.join(p.secrets) or '-'}",
         f"action digest: {p.action_digest}",
-        f"input: {_input_summary(host, plan)}",
     ]
-    return "\n".join(lines)
+    return "\n".join([*(escape_unsafe(line) for line in lines), f"input: {_input_summary(host, plan)}"])
+
+
+def _full_input(host: Host, plan: InvocationPlan) -> str:
+    """The whole canonical input, sensitive parameters redacted (unescaped: escape to show)."""
+    tool = host.registry.get(plan.tool, plan.version)
+    return canonical_json(redact_params(plan.request.input, tool.sensitive_params)).decode("utf-8")
 
 
 def _input_summary(host: Host, plan: InvocationPlan) -> str:
-    tool = host.registry.get(plan.tool, plan.version)
-    shown = canonical_json(redact_params(plan.request.input, tool.sensitive_params)).decode("utf-8")
+    """The input as a person reads it in a preview: escaped, cut at :data:`MAX_SUMMARY_CHARS`
+    with the whole length said (``stockade approvals show`` prints all of it)."""
+    shown = escape_unsafe(_full_input(host, plan))
     if len(shown) > MAX_SUMMARY_CHARS:
-        shown = shown[: MAX_SUMMARY_CHARS - 13] + "…[truncated]"
+        cut = f"…[truncated: {len(shown)} characters in all]"
+        shown = shown[: MAX_SUMMARY_CHARS - len(cut)] + cut
     return shown
 
 

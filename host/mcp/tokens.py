@@ -41,6 +41,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
+from host._text import has_unsafe
 from host.errors import RequestInvalid
 
 __all__ = ["FORMAT", "TokenEntry", "TokenFile"]
@@ -100,6 +101,8 @@ class TokenFile:
         """
         if ttl_s is not None and ttl_s <= 0:
             raise RequestInvalid("a token's lifetime must be positive")
+        if has_unsafe(project) or has_unsafe(subject):  # the call envelope would refuse it anyway
+            raise RequestInvalid("a token's project and subject must not hold control or bidi characters")
         token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)
         now = int(self._clock())

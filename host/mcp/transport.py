@@ -37,6 +37,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
+from host.mcp.limits import ACCEPT_BACKLOG, HttpLimits, RateLimitedLog, SessionBounds, bounded_protocol
 from host.mcp.server import StockadeMCP
 from host.mcp.tokens import TokenFile
 
@@ -45,6 +46,7 @@ __all__ = ["StockadeTokenVerifier", "check_bind", "http_app", "serve_http", "ser
 _log = logging.getLogger("stockade.mcp")
 LOCK_POLL_S: Final = 1.0  # s between lock-file checks
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
+DEFAULT_LIMITS: Final = HttpLimits()
 
 
 def is_loopback(host: str) -> bool:
@@ -100,6 +102,7 @@ def http_app(
     verifier: TokenVerifier | None,
     issuer: str | None = None,
     allowed_origins: Sequence[str] = (),
+    limits: HttpLimits = DEFAULT_LIMITS,
 ) -> Starlette:
     """The Starlette app serving MCP at ``/mcp`` (Streamable HTTP).
 
@@ -113,6 +116,7 @@ def http_app(
         issuer: the OAuth issuer named in the protected-resource metadata (default: this
             server, for stockade tokens).
         allowed_origins: extra accepted ``Origin`` values.
+        limits: sessions per principal and in total, idle expiry (:mod:`host.mcp.limits`).
 
     Raises:
         ValueError: see :func:`check_bind`; or no principal at all (neither a verifier
@@ -127,12 +131,24 @@ def http_app(
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
-    kwargs: dict[str, Any] = {"transport_security": security, "host": host}
+    kwargs: dict[str, Any] = {
+        "transport_security": security,
+        "host": host,
+        "max_sessions": limits.max_sessions,
+        "session_idle_timeout": limits.session_idle_s,
+    }
     if verifier is not None:
         base = f"http://{shown}:{port}"
         kwargs["auth"] = AuthSettings(issuer_url=issuer or base, resource_server_url=f"{base}/mcp")
         kwargs["token_verifier"] = verifier
-    return app.server.streamable_http_app(**kwargs)
+    starlette = app.server.streamable_http_app(**kwargs)
+    manager = app.server.session_manager
+    fixed = app.options.principal.key if verifier is None and app.options.principal is not None else None
+    # The SDK's route calls the manager's asgi_app: sessions are admitted through the bound.
+    manager.asgi_app = SessionBounds(  # type: ignore[assignment]  # any ASGI app fits the SDK's slot
+        manager.asgi_app, lambda: manager._server_instances, limits, fixed
+    )
+    return starlette
 
 
 async def serve_stdio(app: StockadeMCP, lock: Path) -> None:
@@ -154,17 +170,28 @@ async def serve_http(
     verifier: TokenVerifier | None,
     issuer: str | None = None,
     allowed_origins: Sequence[str] = (),
+    limits: HttpLimits = DEFAULT_LIMITS,
 ) -> None:
-    """Serve Streamable HTTP on ``host:port`` (0 picks a free port; the URL goes to stderr)."""
+    """Serve Streamable HTTP on ``host:port`` (0 picks a free port; the URL goes to stderr).
+
+    Connections, request deadlines, sessions and log volume are bounded by ``limits``
+    (:mod:`host.mcp.limits`).
+    """
+    limits = limits.clamped()
+    _rate_limit_logs()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
     asgi = http_app(
-        app, host=host, port=bound, verifier=verifier, issuer=issuer, allowed_origins=allowed_origins
-    )
-    config = uvicorn.Config(asgi, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        app, host=host, port=bound, verifier=verifier, issuer=issuer, allowed_origins=allowed_origins,
+        limits=limits,
+    )  # fmt: skip
+    config = uvicorn.Config(
+        asgi, log_level="warning", lifespan="on", timeout_graceful_shutdown=2,
+        http=bounded_protocol(limits), timeout_keep_alive=5, backlog=ACCEPT_BACKLOG,
+    )  # fmt: skip
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     print(f"stockade serve: listening on http://{shown}:{bound}/mcp", file=sys.stderr, flush=True)
@@ -173,6 +200,19 @@ async def serve_http(
         group.start_soon(_reload_on_change, app, lock)
         await server.serve(sockets=[sock])
         group.cancel_scope.cancel()
+
+
+def _rate_limit_logs() -> None:
+    """One line per interval per message on every handler of the root logger (a handler's
+    filter sees the records of every logger that propagates to it: asyncio's accept
+    failures, uvicorn's protocol warnings, the SDK's and Stockade's own)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.StreamHandler(sys.stderr))
+    limiter = RateLimitedLog()
+    for handler in root.handlers:
+        if not any(isinstance(f, RateLimitedLog) for f in handler.filters):
+            handler.addFilter(limiter)
 
 
 async def _reload_on_signal(app: StockadeMCP) -> None:

@@ -14,7 +14,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from host.approvals import DEFAULT_TTL_S, MAX_PENDING, MAX_SUMMARY_CHARS, PendingApproval, Redemption
+from host.approvals import (
+    DEFAULT_TTL_S,
+    MAX_PENDING_PER_PRINCIPAL,
+    MAX_SUMMARY_CHARS,
+    PendingApproval,
+    Redemption,
+    check_pending_bounds,
+)
 from host.errors import ApprovalInvalid
 
 if TYPE_CHECKING:
@@ -27,8 +34,17 @@ __all__ = ["PendingApprovalPort", "PgPendingApprovals"]
 class PendingApprovalPort(Protocol):
     """The queue of actions waiting for a person (the contract of ``ApprovalQueue``)."""
 
-    def request(self, plan: InvocationPlan, *, summary: str) -> PendingApproval:
-        """Queue ``plan`` (or return the live entry already queued)."""
+    def request(
+        self,
+        plan: InvocationPlan,
+        *,
+        summary: str,
+        max_per_principal: int = MAX_PENDING_PER_PRINCIPAL,
+        full_input: str | None = None,
+    ) -> PendingApproval:
+        """Queue ``plan`` (or return the live entry already queued); refuse past the
+        principal's share or the total (``ApprovalQueueFull``). ``full_input`` is kept
+        for ``stockade approvals show`` where the backend can (the file queue)."""
         ...
 
     def entries(self) -> list[PendingApproval]:
@@ -62,11 +78,22 @@ class PgPendingApprovals:
         self._ttl = ttl_s
         self._clock = clock
 
-    def request(self, plan: InvocationPlan, *, summary: str) -> PendingApproval:
+    def request(
+        self,
+        plan: InvocationPlan,
+        *,
+        summary: str,
+        max_per_principal: int = MAX_PENDING_PER_PRINCIPAL,
+        full_input: str | None = None,
+    ) -> PendingApproval:
         """Queue ``plan`` for a person's decision, or return the live entry already queued.
 
+        ``full_input`` is not kept on PostgreSQL (``stockade approvals show`` then shows
+        the summary and says so).
+
         Raises:
-            ApprovalInvalid: the queue is full.
+            ApprovalQueueFull: the principal holds ``max_per_principal`` live entries, or
+                the queue (fleet-wide) holds ``MAX_PENDING``.
             StoreUnavailable: the database failed.
         """
         principal = plan.request.principal
@@ -89,11 +116,12 @@ class PgPendingApprovals:
                 ).fetchone()
                 if row is not None:
                     return PendingApproval.model_validate_json(str(row[0]))
-                count = conn.execute("SELECT count(*) FROM pending_approvals").fetchone()
-                if count is not None and int(count[0]) >= MAX_PENDING:
-                    raise ApprovalInvalid(
-                        f"the approval queue holds {MAX_PENDING} entries; decide or let some expire first"
-                    )
+                counts = conn.execute(
+                    "SELECT count(*) FILTER (WHERE project = %s AND subject = %s), count(*) "
+                    "FROM pending_approvals", (entry.project, entry.subject),
+                ).fetchone()
+                mine, total = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
+                check_pending_bounds(mine, total, max_per_principal=max_per_principal)
                 _insert(conn, entry)
                 return entry
 

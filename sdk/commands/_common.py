@@ -540,17 +540,17 @@ def stderr_console() -> Console:
     return Console(stderr=True)
 
 
-_UNSAFE: Final = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-"""Control characters (terminal escapes), C1 controls, zero-width and bidi overrides."""
-
-
 def safe_text(value: object) -> str:
     """``str(value)`` with terminal control, zero-width and bidi characters shown as ``\\uXXXX``.
 
     Manifests, guest errors and schemas are untrusted: printed raw, an ESC sequence could
-    rewrite the terminal and a bidi override could reorder what a reviewer reads.
+    rewrite the terminal and a bidi override could reorder what a reviewer reads. The
+    rule is the host's own (:func:`host._text.escape_unsafe`), so the CLI and the MCP
+    server's approval previews escape the same characters.
     """
-    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", str(value))
+    from host._text import escape_unsafe  # lazily: importing host is slow (start-up time)
+
+    return escape_unsafe(value)
 
 
 def cell(value: object) -> str:

@@ -1,4 +1,4 @@
-"""``stockade approvals list|approve|deny``: decide queued approvals out of band.
+"""``stockade approvals list|show|approve|deny``: decide queued approvals out of band.
 
 When an MCP client cannot ask a person (it did not declare elicitation), a call that
 needs approval is refused with APPROVAL_REQUIRED and queued in the state dir
@@ -7,7 +7,11 @@ action digest; the same call by the same principal then runs once (approved) or 
 refused with APPROVAL_DENIED (denied). Entries expire (15 minutes by default).
 
   stockade approvals list
+  stockade approvals show 1f49c8f3…      # everything about one, with the whole input
   stockade approvals approve 1f49c8f3…   # the full action digest
+
+Everything shown is escaped: control, zero-width and bidi characters (U+202E …) appear
+as ``\\uXXXX``, so what you read is what runs.
 
 Exit codes: 0 ok, 1 refused (no such pending approval), 2 usage error.
 """
@@ -24,6 +28,7 @@ from typing import Any
 from rich.table import Table
 
 from host.approvals import ApprovalQueue, PendingApproval, asdict_entry
+from host.errors import ApprovalInvalid
 from sdk.commands._common import (
     EXIT_OK,
     add_state_dir,
@@ -31,6 +36,7 @@ from sdk.commands._common import (
     cell,
     open_store_spec,
     print_json,
+    safe_text,
     state_dir,
     stdout_console,
 )
@@ -50,6 +56,14 @@ def register(sub: Any) -> None:
     add_store_option(listing)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=_list)
+    show = verbs.add_parser("show", help="one queued action with its whole canonical input")
+    show.add_argument("digest", help="the full action digest (64 hex digits)")
+    show.add_argument("--project", default=None, help="the principal's project, if ambiguous")
+    show.add_argument("--subject", default=None, help="the principal's subject, if ambiguous")
+    add_state_dir(show)
+    add_store_option(show)
+    show.add_argument("--json", action="store_true", help="print JSON (input unescaped, as JSON strings)")
+    show.set_defaults(func=_show)
     for verb, approve in (("approve", True), ("deny", False)):
         decide = verbs.add_parser(verb, help=f"{verb} one queued action by its digest")
         decide.add_argument("digest", help="the full action digest (64 hex digits)")
@@ -109,4 +123,45 @@ def _decide(args: argparse.Namespace) -> int:
         print_json(asdict_entry(entry))
     else:
         print(f"{entry.status} {entry.tool}@{entry.version} for {entry.subject} in {entry.project}")
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    with _queue(args) as queue:
+        matches = [
+            e
+            for e in queue.entries()
+            if e.action_digest == args.digest
+            and (args.project is None or e.project == args.project)
+            and (args.subject is None or e.subject == args.subject)
+        ]
+        if len(matches) != 1:
+            raise ApprovalInvalid(
+                f"no queued approval with digest {args.digest[:64]!r}"
+                + ("" if not matches else " for exactly one principal; name --project and --subject"),
+                hint="List them with `stockade approvals list`; they expire.",
+            )
+        entry = matches[0]
+        kept = getattr(queue, "full_input", None)  # the file queue keeps it; PostgreSQL does not
+        whole = kept(entry) if kept is not None else None
+    if args.json:
+        print_json(asdict_entry(entry) | {"input": whole})
+        return EXIT_OK
+    rows = [
+        ("action digest", entry.action_digest),
+        ("principal", f"{entry.subject} in {entry.project}"),
+        ("tool", f"{entry.tool}@{entry.version} (lock generation {entry.generation})"),
+        ("effect/risk", f"{entry.effect}/{entry.risk}"),
+        ("hosts", ", ".join(entry.hosts) or "(no network)"),
+        ("secrets", ", ".join(entry.secrets) or "-"),
+        ("status", entry.status),
+        ("expires", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry.expires_at))),
+    ]
+    for name, value in rows:
+        print(f"{name}: {safe_text(value)}")
+    if whole is None:
+        print(f"input (summary; the whole input is not kept by this store): {safe_text(entry.summary)}")
+    else:
+        print(f"input ({len(whole)} characters, sensitive parameters redacted):")
+        print(safe_text(whole))
     return EXIT_OK

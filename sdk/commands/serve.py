@@ -100,7 +100,50 @@ def register(sub: Any) -> None:
         "--max-concurrency", type=_positive, default=max(2, (os.cpu_count() or 1) * 2), metavar="N",
         help="calls run at once; one more is refused with BUSY (default: CPU count x 2)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-calls-per-principal", type=_positive, default=None, metavar="N",
+        help="calls one principal may run at once, waiting ones included (default: --max-concurrency / 2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-pending-per-principal", type=_positive, default=16, metavar="N",
+        help="queued approvals one principal may have pending; one more is APPROVAL_QUEUE_FULL (default: 16)",
+    )  # fmt: skip
+    limits = parser.add_argument_group("HTTP bounds (one client must not take the service)")
+    limits.add_argument(
+        "--max-connections", type=_positive, default=256, metavar="N",
+        help="connections open at once, kept below RLIMIT_NOFILE; one more is closed (default: 256)",
+    )  # fmt: skip
+    limits.add_argument(
+        "--request-timeout", type=_seconds, default=10.0, metavar="S",
+        help="seconds for a request's head and body to arrive; slower connections are closed (default: 10)",
+    )  # fmt: skip
+    limits.add_argument(
+        "--max-sessions", type=_positive, default=256, metavar="N",
+        help="Streamable HTTP sessions open at once, all principals (default: 256)",
+    )  # fmt: skip
+    limits.add_argument(
+        "--max-sessions-per-principal", type=_positive, default=8, metavar="N",
+        help="sessions one principal may hold open; one more is HTTP 429 (default: 8)",
+    )  # fmt: skip
+    limits.add_argument(
+        "--session-idle", type=_seconds, default=300.0, metavar="S",
+        help="seconds after which a session with no request in flight expires (default: 300)",
+    )  # fmt: skip
+    limits.add_argument(
+        "--max-streams-per-principal", type=_positive, default=4, metavar="N",
+        help="subscriptions/listen streams one principal may hold open (default: 4; 256 in all)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (0 < value < 86400):  # also refuses NaN and infinities
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text!r}")
+    return value
 
 
 def _principal(args: argparse.Namespace) -> Principal | None:
@@ -122,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import anyio  # the optional extra stockade[mcp] brings these
 
+        from host.mcp.limits import HttpLimits
         from host.mcp.server import ServeOptions, StockadeMCP
         from host.mcp.transport import check_bind, serve_http, serve_stdio
     except ImportError as exc:
@@ -156,7 +200,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = StockadeMCP(
             lambda: _open(args, root, audit, shared),
-            options=ServeOptions(state_dir=root, principal=principal, max_concurrency=args.max_concurrency),
+            options=ServeOptions(
+                state_dir=root,
+                principal=principal,
+                max_concurrency=args.max_concurrency,
+                max_calls_per_principal=args.max_calls_per_principal,
+                max_pending_per_principal=args.max_pending_per_principal,
+                max_streams_per_principal=args.max_streams_per_principal,
+            ),
         )
         try:
             if args.transport == "stdio":
@@ -165,7 +216,12 @@ def run(args: argparse.Namespace) -> int:
                 anyio.run(
                     lambda: serve_http(
                         app, args.lock, host=args.host, port=args.port, verifier=verifier,
-                        issuer=args.oauth_issuer, allowed_origins=args.allow_origin,
+                        issuer=args.oauth_issuer, allowed_origins=args.allow_origin, limits=HttpLimits(
+                            max_connections=args.max_connections, request_timeout_s=args.request_timeout,
+                            max_sessions=args.max_sessions,
+                            max_sessions_per_principal=args.max_sessions_per_principal,
+                            session_idle_s=args.session_idle,
+                        ),
                     )
                 )  # fmt: skip
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import resource
 import subprocess
 import sys
 import threading
@@ -44,6 +45,7 @@ class Served:
     tokens: TokenFile
     proc: subprocess.Popen[str]
     lines: queue.Queue[str]
+    stderr: list[str]
 
     def wait_for_line(self, text: str, timeout: float = 60) -> str:
         """Block until the server writes a stderr line containing ``text``."""
@@ -55,15 +57,25 @@ class Served:
 
 
 @contextlib.contextmanager
-def http_server(world: World, *extra: str, tokens: TokenFile | None = None) -> Iterator[Served]:
-    """A `stockade serve --transport http` subprocess on a free loopback port; stops on exit."""
+def http_server(
+    world: World, *extra: str, tokens: TokenFile | None = None, nofile: int | None = None
+) -> Iterator[Served]:
+    """A `stockade serve --transport http` subprocess on a free loopback port; stops on exit.
+
+    ``nofile`` lowers the server's ``RLIMIT_NOFILE`` (soft and hard) before it starts.
+    """
+
+    def lower_limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     args = [
         sys.executable, "-m", "sdk.cli", "serve", "--transport", "http", "--port", "0",
         "--lock", str(world.lock), "--state-dir", str(world.state), *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, env=cli_env(), cwd=world.root,
+        text=True, env=cli_env(), cwd=world.root, preexec_fn=lower_limit,
     )  # fmt: skip
     stderr: list[str] = []
     lines: queue.Queue[str] = queue.Queue()
@@ -84,7 +96,7 @@ def http_server(world: World, *extra: str, tokens: TokenFile | None = None) -> I
                 break
         assert url.startswith("http://127.0.0.1:"), "".join(stderr)
         drain.start()  # keep reading so the server never blocks on a full pipe
-        yield Served(url, tokens or TokenFile(world.state / "tokens.json"), proc, lines)
+        yield Served(url, tokens or TokenFile(world.state / "tokens.json"), proc, lines, stderr)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -76,8 +76,19 @@ def test_jwt_for_this_audience_gets_its_principals_tools(oauth: Served, key: Ed2
         {"aud": "another-api"},
         {"exp": int(time.time()) - 3600},
         {"sub": None},
+        {"exp": str(int(time.time()) + 600)},
+        {"exp": True},
+        {"nbf": str(int(time.time()) - 10)},
+        {"exp": int(time.time()) - 60},
+        {"sub": "ali\x00ce"},
+        {"sub": "ali\u202ece"},
+        {"stockade_project": "p\x1b[2J"},
     ],
-    ids=["foreign-issuer", "other-audience", "expired", "no-subject"],
+    ids=[
+        "foreign-issuer", "other-audience", "expired", "no-subject", "exp-numeric-string",
+        "exp-boolean", "nbf-numeric-string", "expired-past-the-leeway", "sub-with-nul", "sub-with-rlo",
+        "project-with-escape",
+    ],
 )
 def test_jwt_with_wrong_claims_is_401(oauth: Served, key: Ed25519PrivateKey, claims: dict[str, Any]) -> None:
     fields = {k: v for k, v in claims.items() if v is not None}
@@ -108,3 +119,10 @@ def test_hs256_token_keyed_with_the_public_key_is_401(oauth: Served, key: Ed2551
     signature = b64(hmac.new(public, f"{header}.{payload}".encode(), hashlib.sha256).digest())
     confused = f"{header}.{payload}.{signature}"
     assert post(oauth, Authorization=f"Bearer {confused}").status_code == 401
+
+
+def test_jwt_expired_within_the_documented_leeway_is_accepted(oauth: Served, key: Ed25519PrivateKey) -> None:
+    # README: 30 s of clock skew on exp. The SDK's bearer middleware compared exp to the
+    # clock without it, so a token PyJWT accepted within the leeway was still 401.
+    skewed = token(key, exp=int(time.time()) - 10)
+    assert post(oauth, Authorization=f"Bearer {skewed}").status_code == 200

@@ -14,6 +14,7 @@ import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters, types
+from mcp.shared.exceptions import MCPError
 
 from host.mcp.server import META_KEY
 from tests.mcp.conftest import World
@@ -177,12 +178,14 @@ def test_serve_honours_the_config_files_managed_cap(world: World) -> None:
         )  # fmt: skip
         async with mcp.Client(server) as client:  # type: ignore[arg-type]
             tools = await client.list_tools()
-            said = await client.call_tool("echo.say", {"message": "capped"})
-        return [t.name for t in tools.tools], said
+            with pytest.raises(MCPError) as said:  # hidden: answered like an unknown tool
+                await client.call_tool("echo.say", {"message": "capped"})
+        return [t.name for t in tools.tools], said.value
 
     names, said = anyio.run(body)
     assert "echo.say" not in names and "echo.write" in names
-    assert said.is_error is True and said.meta is not None
-    assert said.meta[META_KEY]["code"] == "POLICY_DENIED"
+    assert said.error.message == "Unknown tool: echo.say"
+    denied = [r for r in served_records(world) if r["kind"] == "call.outcome" and r.get("tool") == "echo.say"]
+    assert [r["error"]["code"] for r in denied] == ["POLICY_DENIED"]
     assert not any(r["kind"] == "call.outcome" and r.get("tool") == "echo.say" and r.get("ok")
                    for r in served_records(world))

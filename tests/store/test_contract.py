@@ -19,7 +19,7 @@ import pytest
 from host.audit import verify
 from host.canonical import canonical_json
 from host.config import HostConfig
-from host.errors import ApprovalInvalid, LockRollback, RateLimited
+from host.errors import ApprovalInvalid, ApprovalQueueFull, LockRollback, RateLimited
 from host.lock import LoadedLock, load_lock
 from host.plan import InvocationPlan
 from host.store import StateStore
@@ -316,6 +316,16 @@ def test_pending_approval_of_another_principal_not_redeemed(
     store.pending.decide(plan.action_digest, approve=False, by="reviewer")
     assert store.pending.redeem(plan.action_digest, project="p", subject="mallory") == ("absent", None)
     assert store.pending.redeem(plan.action_digest, project="p", subject="alice")[0] == "denied"
+
+
+def test_one_principal_over_its_pending_share_refused(
+    store: StateStore, plans: dict[str, InvocationPlan]
+) -> None:
+    entry = store.pending.request(plans["s1"], summary="", max_per_principal=1)
+    assert store.pending.request(plans["s1"], summary="", max_per_principal=1) == entry  # not a new one
+    with pytest.raises(ApprovalQueueFull, match="the bound is 1 per principal"):
+        store.pending.request(plans["other-input"], summary="", max_per_principal=1)
+    assert store.pending.entries() == [entry]  # the refusal changed nothing
 
 
 def test_deciding_an_unknown_digest_refused(store: StateStore) -> None:

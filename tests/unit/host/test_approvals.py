@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from host.approvals import MAX_PENDING, ApprovalQueue
-from host.errors import ApprovalInvalid
+from host.approvals import MAX_PENDING, MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
+from host.errors import ApprovalInvalid, ApprovalQueueFull
 from tests.support.hosts import HostFixture, echo_tool, make_host
 
 WRITE = echo_tool(name="echo.write", effect="write", risk="medium", permissions=["echo.write"])
@@ -101,9 +101,19 @@ def test_malformed_queue_file_fails_closed(fx: HostFixture, tmp_path: Path) -> N
 def test_full_queue_refuses_new_entries(fx: HostFixture, tmp_path: Path) -> None:
     queue = ApprovalQueue(tmp_path / "q")
     for i in range(MAX_PENDING):
+        queue.request(plan_for(fx, message=f"m{i}"), summary="", max_per_principal=MAX_PENDING + 1)
+    with pytest.raises(ApprovalQueueFull, match=f"the bound is {MAX_PENDING} in all"):
+        queue.request(plan_for(fx, message="one more"), summary="", max_per_principal=MAX_PENDING + 1)
+
+
+def test_one_principal_over_its_pending_share_is_refused(fx: HostFixture, tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "q")
+    for i in range(MAX_PENDING_PER_PRINCIPAL):
         queue.request(plan_for(fx, message=f"m{i}"), summary="")
-    with pytest.raises(ApprovalInvalid, match="holds"):
+    with pytest.raises(ApprovalQueueFull, match="per principal") as refused:
         queue.request(plan_for(fx, message="one more"), summary="")
+    assert refused.value.details == {"bound": "per_principal", "limit": MAX_PENDING_PER_PRINCIPAL}
+    assert len(queue.entries()) == MAX_PENDING_PER_PRINCIPAL
 
 
 def test_concurrent_requests_lose_no_entry(fx: HostFixture, tmp_path: Path) -> None:
@@ -125,3 +135,14 @@ def test_concurrent_requests_lose_no_entry(fx: HostFixture, tmp_path: Path) -> N
     assert {e.action_digest for e in ApprovalQueue(tmp_path / "q").entries()} == {
         p.action_digest for p in plans
     }
+
+
+def test_queued_whole_input_lives_exactly_as_long_as_its_entry(fx: HostFixture, tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "q")
+    plan = plan_for(fx, message="whole")
+    entry = queue.request(plan, summary="short", full_input='{"message":"whole"}')
+    assert queue.full_input(entry) == '{"message":"whole"}'
+    queue.decide(plan.action_digest, approve=True, by="test")
+    queue.redeem(plan.action_digest, project=entry.project, subject=entry.subject)
+    assert queue.full_input(entry) is None
+    assert list((tmp_path / "q" / "approvals.inputs").iterdir()) == []

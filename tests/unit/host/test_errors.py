@@ -19,6 +19,7 @@ PINNED_CODES = {
     "ApprovalRequired": "APPROVAL_REQUIRED",
     "ApprovalInvalid": "APPROVAL_INVALID",
     "ApprovalDenied": "APPROVAL_DENIED",
+    "ApprovalQueueFull": "APPROVAL_QUEUE_FULL",
     "Busy": "BUSY",
     "CallCancelled": "CANCELLED",
     "RateLimited": "RATE_LIMITED",
