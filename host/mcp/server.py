@@ -585,6 +585,7 @@ def _preview_message(host: Host, plan: InvocationPlan) -> str:
         f"secrets: {', '.join(p.secrets) or '-'}",
         f"action digest: {p.action_digest}",
         f"input: {_input_summary(host, plan)}",
+        *([] if p.detail is None else ["change (the exact diff this approval covers):", p.detail]),
     ]
     return "\n".join(lines)
 
