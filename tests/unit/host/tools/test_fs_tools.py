@@ -247,3 +247,17 @@ def test_list_bounded_by_entries_and_depth(tmp_path: Path) -> None:
         assert _error(fs.host.call(fs.request("fs.list", path="link"))) == ("POLICY_DENIED", "symlink")
     finally:
         fs.host.close()
+
+
+def test_log_show_prints_path_and_lines_added_removed(fs: FsHost) -> None:
+    import json
+
+    from sdk.commands._logshow import line_for
+
+    (fs.ws / "n.txt").write_text("a\nb\n")
+    assert fs.edit(path="n.txt", old_text="b\n", new_text="c\nd\n").ok
+    records = [json.loads(line) for line in fs.audit_path.read_text().splitlines()]
+    intent = next(r for r in records if r["kind"] == "call.intent")
+    outcome = [r for r in records if r["kind"] == "call.outcome" and r.get("tool") == "fs.edit_file"][-1]
+    assert line_for(intent).endswith("  n.txt")
+    assert line_for(outcome).endswith("  n.txt +2/\u22121")
