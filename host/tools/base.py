@@ -35,6 +35,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -60,6 +61,7 @@ __all__ = [
 HOST_PACKAGE: Final = "stockade.host"
 """Description of the built-in host packages (each is named after its tools' prefix: ``fs``)."""
 HOST_PACKAGE_VERSION: Final = "1.0.0"
+_PREPARED_KEPT: Final = 64  # prepared effects kept for run() (each holds one new file image)
 HOST_TOOL_DOMAIN: Final = "stockade/host-tool-action@1"
 """Domain separator of a host tool's effect-bound action digest."""
 
@@ -154,6 +156,8 @@ class HostToolSet:
     ) -> None:  # fmt: skip
         self._tools = {t.name: t for t in tools}
         self._close = close
+        self._lock = threading.Lock()
+        self._prepared: dict[str, Prepared] = {}  # by bound action digest, oldest first
         groups: dict[str, list[HostTool]] = {}
         for tool in self._tools.values():
             groups.setdefault(tool.name.split(".", 1)[0], []).append(tool)
@@ -187,6 +191,10 @@ class HostToolSet:
             return plan
         prepared = host_tool.prepare(_call_of(plan))
         digest = bind_digest(plan.action_digest, prepared.bound)
+        with self._lock:  # run() uses it: the digest determines the effect exactly
+            self._prepared[digest] = prepared
+            while len(self._prepared) > _PREPARED_KEPT:
+                self._prepared.pop(next(iter(self._prepared)))
         preview = dataclasses.replace(plan.preview, action_digest=digest, detail=prepared.preview)
         effect = {"bound": dict(prepared.bound), **prepared.record}
         return dataclasses.replace(plan, action_digest=digest, preview=preview, effect=effect)
@@ -194,9 +202,11 @@ class HostToolSet:
     def invoke(self, plan: InvocationPlan, tool: ToolDefinition) -> Ran:
         """Run a host tool (step 10) for an admitted plan.
 
-        For a tool with ``prepare``, the effect is prepared again from the current state and
-        must bind the same effect as the plan did, else ``APPROVAL_INVALID`` with
-        ``reason: "stale"`` and nothing is done.
+        For a tool with ``prepare``, the effect prepared under this exact digest is used
+        (it was computed from the state the digest binds; ``run`` re-checks that state
+        before it acts, e.g. the pre-image sha256 before the rename); if it is no longer
+        kept, it is prepared again and must bind the same effect as the plan did, else
+        ``APPROVAL_INVALID`` with ``reason: "stale"`` and nothing is done.
 
         Raises:
             ApprovalInvalid: the state changed since the plan was prepared (``stale``).
@@ -206,7 +216,10 @@ class HostToolSet:
         call = _call_of(plan)
         prepared = None
         if host_tool.prepare is not None:
-            prepared = host_tool.prepare(call)
+            with self._lock:
+                prepared = self._prepared.pop(plan.action_digest, None)
+            if prepared is None:  # not kept (evicted, or prepared by another host object)
+                prepared = host_tool.prepare(call)
             if plan.effect is None or dict(prepared.bound) != plan.effect.get("bound"):
                 raise stale(tool.name)
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import secrets as _random
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -335,7 +336,9 @@ def _prepare_edit(
     new_bytes = updated.encode("utf-8")
     if len(new_bytes) > grant.max_file_bytes:
         raise _too_large(rel, len(new_bytes), grant.max_file_bytes)
-    diff, added, removed = _unified_diff(rel, text, updated)
+    first = text.find(old)
+    last = text.rfind(old) if replace_all else first  # covers the last non-overlapping match
+    diff, added, removed = _unified_diff(rel, text, updated, (first, last + len(old)))
     raw_diff = diff.encode("utf-8")
     if len(raw_diff) > grant.max_diff_bytes:
         raise InputInvalid(f"the diff of this edit is {len(raw_diff)} bytes, more than {grant.max_diff_bytes}",
@@ -358,12 +361,49 @@ def _match_lines(text: str, needle: str, limit: int) -> list[int]:
     return found
 
 
-def _unified_diff(rel: RelPath, before: str, after: str) -> tuple[str, int, int]:
-    lines = list(difflib.unified_diff(_keep(before), _keep(after), f"a/{rel.text}", f"b/{rel.text}", n=3))
+def _unified_diff(
+    rel: RelPath, before: str, after: str, span: tuple[int, int] | None = None
+) -> tuple[str, int, int]:
+    """The unified diff (3 lines of context) of ``before`` → ``after``.
+
+    ``span`` (start, end in ``before``) covers every replaced character: only the lines
+    around it, plus context, are compared, so an edit of one line of a 30,000-line file
+    costs a few string searches, not a line split and a matcher over the whole file.
+    Outside the span both texts are equal, so the window's diff shifted by its first line
+    number is the whole file's diff.
+    """
+    start, end = (0, len(before)) if span is None else span
+    low = before.rfind("\n", 0, start) + 1
+    for _ in range(3):
+        if low > 0:
+            low = before.rfind("\n", 0, low - 1) + 1
+    high = end
+    for _ in range(4):
+        found = before.find("\n", high)
+        high = len(before) if found < 0 else found + 1
+    delta = len(after) - len(before)
+    offset = before.count("\n", 0, low)
+    old, new = _keep(before[low:high]), _keep(after[low:high + delta])
+    lines = list(difflib.unified_diff(old, new, f"a/{rel.text}", f"b/{rel.text}", n=3))
+    lines = [_shift_hunk(line, offset) if line.startswith("@@") else line for line in lines]
     added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
     return text, added, removed
+
+
+def _shift_hunk(header: str, offset: int) -> str:
+    """``@@ -a,b +c,d @@`` with ``a`` and ``c`` moved down by ``offset`` lines."""
+    if offset == 0:
+        return header
+    match = _HUNK.match(header)
+    if match is None:  # pragma: no cover - difflib always writes this form
+        return header
+    a, b, c, d = match.groups()
+    return f"@@ -{int(a) + offset}{b or ''} +{int(c) + offset}{d or ''} @@\n"
+
+
+_HUNK: Final = re.compile(r"@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 
 
 def _keep(text: str) -> list[str]:

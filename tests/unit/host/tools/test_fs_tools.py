@@ -261,3 +261,65 @@ def test_log_show_prints_path_and_lines_added_removed(fs: FsHost) -> None:
     outcome = [r for r in records if r["kind"] == "call.outcome" and r.get("tool") == "fs.edit_file"][-1]
     assert line_for(intent).endswith("  n.txt")
     assert line_for(outcome).endswith("  n.txt +2/\u22121")
+
+
+def _apply(diff: str, before: list[str]) -> list[str]:
+    """Apply a unified diff (as written by fs.edit_file) to a list of lines, checking context."""
+    import re
+
+    out: list[str] = []
+    at = 0
+    lines = diff.split("\n")[2:]
+    index = 0
+    while index < len(lines) and lines[index]:
+        match = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", lines[index])
+        assert match, lines[index]
+        start = int(match.group(1)) - (0 if match.group(2) == "0" else 1)
+        out += before[at:start]
+        at = start
+        index += 1
+        while index < len(lines) and lines[index] and not lines[index].startswith("@@"):
+            line = lines[index]
+            text = line[1:] + "\n"
+            if index + 1 < len(lines) and lines[index + 1] == "\\ No newline at end of file":
+                text = line[1:]
+                index += 1
+            if line[0] in " -":
+                assert before[at] == text, (before[at], text)
+                at += 1
+            if line[0] in " +":
+                out.append(text)
+            index += 1
+    return out + before[at:]
+
+
+def test_windowed_diff_is_a_correct_diff_and_difflib_for_one_change() -> None:
+    import difflib
+    import random
+
+    from host.tools.fs import _keep, _unified_diff
+    from host.tools.paths import RelPath
+
+    rng = random.Random(7)
+    for round_ in range(300):
+        before = [f"l{rng.randrange(5)}\n" for _ in range(rng.randrange(0, 40))]
+        after = list(before)
+        changes = 1 if round_ % 2 else rng.randrange(1, 4)
+        for _ in range(changes):
+            at = rng.randrange(0, len(after) + 1)
+            after[at:at + rng.randrange(0, 3)] = [f"n{rng.randrange(5)}\n"] * rng.randrange(0, 3)
+        if rng.random() < 0.3 and after:
+            after[-1] = after[-1].rstrip("\n")
+        old, new = "".join(before), "".join(after)
+        if old == new:
+            continue
+        ours = _unified_diff(RelPath(("f",)), old, new)[0]
+        assert "".join(_apply(ours, _keep(old))) == new
+        head = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+        back = next((i for i, (x, y) in enumerate(zip(old[::-1], new[::-1])) if x != y or i >= len(old) - head),
+                    min(len(old), len(new)) - head)  # fmt: skip
+        windowed = _unified_diff(RelPath(("f",)), old, new, (head, max(head, len(old) - back)))[0]
+        assert "".join(_apply(windowed, _keep(old))) == new
+        if changes == 1 and len(set(before)) == len(before):
+            ref = difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/f", "b/f", n=3)
+            assert ours == "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in ref)
