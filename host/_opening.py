@@ -32,11 +32,11 @@ from host.mcpsource.pin import PinnedSource, load_pinned_sources
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
 from host.registry import FrozenRegistry
-from host.tools.base import HostToolSet
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
 from host.store.local import LocalStore
 from host.store.port import StateStore
+from host.tools.base import HostToolSet
 
 __all__ = [
     "Generation",

@@ -70,8 +70,6 @@ from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
 from host.egress.transport import TransportFactory
 from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError
-from host.tools import host_tools_for
-from host.tools.base import HostToolSet, stale
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.plan import Approval, CallRequest, InvocationPlan, prepare
@@ -86,6 +84,8 @@ from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
+from host.tools import host_tools_for
+from host.tools.base import HostToolSet, stale
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
 

@@ -170,7 +170,9 @@ def load_host_file(path: Path) -> HostFile:
 
 
 _WORKSPACE_LISTS: Final = ("subjects", "deny", "protected")
-_WORKSPACE_INTS: Final = ("max_file_bytes", "page_bytes", "max_line_bytes", "max_diff_bytes", "max_list_entries")
+_WORKSPACE_INTS: Final = (
+    "max_file_bytes", "page_bytes", "max_line_bytes", "max_diff_bytes", "max_list_entries",
+)
 
 
 def _check_workspaces(tables: object, problems: list[dict[str, str]]) -> list[dict[str, Any]]:

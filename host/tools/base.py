@@ -18,7 +18,8 @@ input fields the audit log must never hold (``sensitive_params``) and two functi
   :data:`OUTCOME_KEY` in :class:`Ran`.
 
 A :class:`HostToolSet` turns tools into built-in packages (one per name prefix: ``fs``)
-of the frozen registry, bound by one digest over their manifests, so the registry, policy (``tool.call:{name}`` + permissions), layered tool
+of the frozen registry, bound by one digest over their manifests, so the registry, policy
+(``tool.call:{name}`` + permissions), layered tool
 policy (class defaults: write → ask), approvals, rate limits and audit treat them like any
 package tool. Resources (a workspace root fd, command entries) come from the operator's
 configuration and are captured by the tools' functions; the model, a client or a manifest
@@ -124,11 +125,17 @@ class HostTool:
     def spec(self) -> dict[str, Any]:
         """The manifest ``tools`` entry of this tool."""
         return {
-            "name": self.name, "version": self.version, "description": self.description,
-            "input_schema": dict(self.input_schema), "output_schema": dict(self.output_schema),
-            "effect": self.effect.value, "risk": self.risk.value, "permissions": list(self.permissions),
-            "timeout_s": self.timeout_s, "sensitive_params": list(self.sensitive_params),
-        }  # fmt: skip
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+            "output_schema": dict(self.output_schema),
+            "effect": self.effect.value,
+            "risk": self.risk.value,
+            "permissions": list(self.permissions),
+            "timeout_s": self.timeout_s,
+            "sensitive_params": list(self.sensitive_params),
+        }
 
 
 def bind_digest(base: str, bound: Mapping[str, Any]) -> str:
@@ -151,9 +158,12 @@ class HostToolSet:
     """
 
     def __init__(
-        self, tools: Iterable[HostTool], *, ceilings: Ceilings = DEFAULT_CEILINGS,
+        self,
+        tools: Iterable[HostTool],
+        *,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
         close: Callable[[], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._tools = {t.name: t for t in tools}
         self._close = close
         self._lock = threading.Lock()
@@ -241,12 +251,22 @@ def _package_doc(name: str, tools: Iterable[HostTool]) -> dict[str, Any]:
         "format": "stockade.manifest/1",
         "package": {"name": name, "version": HOST_PACKAGE_VERSION, "description": HOST_PACKAGE},
         "module": {"file": "module.wasm", "sha256": "0" * 64, "world": "stockade:plugin/tool@1.0.0"},
-        "limits": {"fuel": 1, "memory_bytes": 65536, "timeout_ms": 60_000, "max_http_requests": 0,
-                   "max_log_bytes": 1},
-        "http": {"allow": [], "credentials": [], "max_request_bytes": 0, "max_response_bytes": 0,
-                 "timeout_ms": 1},
+        "limits": {
+            "fuel": 1,
+            "memory_bytes": 65536,
+            "timeout_ms": 60_000,
+            "max_http_requests": 0,
+            "max_log_bytes": 1,
+        },
+        "http": {
+            "allow": [],
+            "credentials": [],
+            "max_request_bytes": 0,
+            "max_response_bytes": 0,
+            "timeout_ms": 1,
+        },
         "tools": [t.spec() for t in tools],
-    }  # fmt: skip
+    }
 
 
 def stale(tool: str) -> ApprovalInvalid:

@@ -40,8 +40,12 @@ TEMP_PREFIX: Final = ".stockade-edit."
 """Name prefix of an edit's temp file (``.stockade-edit.<pid>.<random>.tmp``)."""
 _MAX_LINE: Final = 2**31 - 1
 _TEXT_MAX: Final = 65536  # characters of old_text/new_text (the input is ≤ 64 KiB anyway)
-_PATH_SCHEMA: Final = {"type": "string", "minLength": 1, "maxLength": MAX_PATH_BYTES,
-                       "description": "Path relative to the workspace root ('.' is the root)."}
+_PATH_SCHEMA: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_PATH_BYTES,
+    "description": "Path relative to the workspace root ('.' is the root).",
+}
 _SHA_SCHEMA: Final = {"type": "string", "maxLength": 64}
 _COUNT: Final = {"type": "integer", "minimum": 0, "maximum": _MAX_LINE}
 
@@ -156,16 +160,25 @@ def _read_text(fd: int, info: os.stat_result, rel: RelPath, grant: WorkspaceGran
 
 
 def _too_large(rel: RelPath, size: int, limit: int) -> InputInvalid:
-    return InputInvalid(f"{rel.text!r} is {size} bytes, more than the workspace limit of {limit}",
-                        pointer="/path", reason="too_large", size=size, limit=limit,
-                        hint="Large files are not read or edited through fs.* tools.")  # fmt: skip
+    return InputInvalid(
+        f"{rel.text!r} is {size} bytes, more than the workspace limit of {limit}",
+        pointer="/path",
+        reason="too_large",
+        size=size,
+        limit=limit,
+        hint="Large files are not read or edited through fs.* tools.",
+    )
 
 
 def _not_text(rel: RelPath, why: str) -> InputInvalid:
-    return InputInvalid(f"{rel.text!r} {why}: fs.* tools handle UTF-8 text only", pointer="/path", reason="not_text")
+    return InputInvalid(
+        f"{rel.text!r} {why}: fs.* tools handle UTF-8 text only", pointer="/path", reason="not_text"
+    )
 
 
-def _load(workspaces: Workspaces, call: HostCall, *, write: bool) -> tuple[WorkspaceGrant, Workspace, RelPath]:
+def _load(
+    workspaces: Workspaces, call: HostCall, *, write: bool
+) -> tuple[WorkspaceGrant, Workspace, RelPath]:
     rel = parse_path(call.input["path"])
     grant, ws = workspaces.for_principal(call.principal)
     if write:
@@ -189,32 +202,63 @@ def _read_tool(workspaces: Workspaces) -> HostTool:
         return Ran(_page(rel, data, text, call.input, grant))
 
     return HostTool(
-        name="fs.read_file", version=VERSION,
+        name="fs.read_file",
+        version=VERSION,
         description="Read a UTF-8 text file of the workspace. Lines come prefixed with their number "
         "('12: text'); long files come in pages: call again with start_line = next_start_line.",
-        input_schema=_object({"path": _PATH_SCHEMA,
-                              "start_line": {"type": "integer", "minimum": 1, "maximum": _MAX_LINE},
-                              "end_line": {"type": "integer", "minimum": 1, "maximum": _MAX_LINE}}, ["path"]),
-        output_schema=_object({
-            "path": _PATH_SCHEMA, "content": {"type": "string", "maxLength": 256 * 1024},
-            "start_line": _COUNT, "end_line": _COUNT, "total_lines": _COUNT, "truncated": {"type": "boolean"},
-            "next_start_line": _COUNT,
-            "line_ending": {"type": "string", "enum": ["lf", "crlf", "mixed", "none"], "maxLength": 5},
-            "sha256": _SHA_SCHEMA,
-        }, ["path", "content", "start_line", "end_line", "total_lines", "truncated", "line_ending", "sha256"]),
-        effect=Effect.READ, risk=Risk.LOW, permissions=("fs.read",), run=run,
-    )  # fmt: skip
+        input_schema=_object(
+            {
+                "path": _PATH_SCHEMA,
+                "start_line": {"type": "integer", "minimum": 1, "maximum": _MAX_LINE},
+                "end_line": {"type": "integer", "minimum": 1, "maximum": _MAX_LINE},
+            },
+            ["path"],
+        ),
+        output_schema=_object(
+            {
+                "path": _PATH_SCHEMA,
+                "content": {"type": "string", "maxLength": 256 * 1024},
+                "start_line": _COUNT,
+                "end_line": _COUNT,
+                "total_lines": _COUNT,
+                "truncated": {"type": "boolean"},
+                "next_start_line": _COUNT,
+                "line_ending": {"type": "string", "enum": ["lf", "crlf", "mixed", "none"], "maxLength": 5},
+                "sha256": _SHA_SCHEMA,
+            },
+            [
+                "path",
+                "content",
+                "start_line",
+                "end_line",
+                "total_lines",
+                "truncated",
+                "line_ending",
+                "sha256",
+            ],
+        ),
+        effect=Effect.READ,
+        risk=Risk.LOW,
+        permissions=("fs.read",),
+        run=run,
+    )
 
 
-def _page(rel: RelPath, data: bytes, text: str, given: Mapping[str, Any], grant: WorkspaceGrant) -> dict[str, Any]:
+def _page(
+    rel: RelPath, data: bytes, text: str, given: Mapping[str, Any], grant: WorkspaceGrant
+) -> dict[str, Any]:
     style = line_ending(data)
     lines = split_lines(text)
     total = len(lines)
     start = int(given.get("start_line", 1))
     end = int(given.get("end_line", total))
     if start > max(total, 1) or end < start - 1 or end > total or (total and end < start):
-        raise InputInvalid(f"lines {start}-{end} are outside {rel.text!r}, which has {total} lines",
-                           pointer="/start_line", reason="out_of_range", total_lines=total)  # fmt: skip
+        raise InputInvalid(
+            f"lines {start}-{end} are outside {rel.text!r}, which has {total} lines",
+            pointer="/start_line",
+            reason="out_of_range",
+            total_lines=total,
+        )
     strip_cr = style == "crlf"
     out: list[str] = []
     used = 0
@@ -235,10 +279,15 @@ def _page(rel: RelPath, data: bytes, text: str, given: Mapping[str, Any], grant:
         truncated |= cut
         line_no += 1
     result: dict[str, Any] = {
-        "path": rel.text, "content": "\n".join(out), "start_line": start, "end_line": line_no - 1,
-        "total_lines": total, "truncated": truncated or line_no <= end, "line_ending": style,
+        "path": rel.text,
+        "content": "\n".join(out),
+        "start_line": start,
+        "end_line": line_no - 1,
+        "total_lines": total,
+        "truncated": truncated or line_no <= end,
+        "line_ending": style,
         "sha256": sha256_hex(data),
-    }  # fmt: skip
+    }
     if line_no <= end:
         result["next_start_line"] = line_no
     return result
@@ -264,7 +313,7 @@ def _edit_tool(workspaces: Workspaces) -> HostTool:
             data, text = _read_text(fd, info, rel, grant)
         finally:
             os.close(target[0])
-        return _prepare_edit(rel, data, text, info, call.input, grant)
+        return _prepare_edit(rel, data, text, info, given=call.input, grant=grant)
 
     def run(call: HostCall, prepared: Prepared | None) -> Ran:
         if prepared is None:  # pragma: no cover - the host always prepares a tool with prepare
@@ -279,28 +328,48 @@ def _edit_tool(workspaces: Workspaces) -> HostTool:
         finally:
             os.close(dir_fd)
         outcome = {
-            "path": rel.text, "sha256_before": before, "sha256_after": sha256_hex(new),
-            "replacements": prepared.state["replacements"], "lines_added": prepared.state["added"],
+            "path": rel.text,
+            "sha256_before": before,
+            "sha256_after": sha256_hex(new),
+            "replacements": prepared.state["replacements"],
+            "lines_added": prepared.state["added"],
             "lines_removed": prepared.state["removed"],
-        }  # fmt: skip
+        }
         return Ran(outcome, record=outcome)
 
     return HostTool(
-        name="fs.edit_file", version=VERSION,
+        name="fs.edit_file",
+        version=VERSION,
         description="Replace old_text with new_text in a workspace file. old_text must match the current "
         "content exactly, once (or set replace_all). The host shows the diff to a person before writing.",
-        input_schema=_object({
-            "path": _PATH_SCHEMA, "old_text": {"type": "string", "minLength": 1, "maxLength": _TEXT_MAX},
-            "new_text": {"type": "string", "maxLength": _TEXT_MAX}, "replace_all": {"type": "boolean"},
-            "expected_sha256": _SHA_SCHEMA,
-        }, ["path", "old_text", "new_text"]),
-        output_schema=_object({
-            "path": _PATH_SCHEMA, "sha256_before": _SHA_SCHEMA, "sha256_after": _SHA_SCHEMA,
-            "replacements": _COUNT, "lines_added": _COUNT, "lines_removed": _COUNT,
-        }, ["path", "sha256_before", "sha256_after", "replacements", "lines_added", "lines_removed"]),
-        effect=Effect.WRITE, risk=Risk.MEDIUM, permissions=("fs.write",), run=run, prepare=prepare,
+        input_schema=_object(
+            {
+                "path": _PATH_SCHEMA,
+                "old_text": {"type": "string", "minLength": 1, "maxLength": _TEXT_MAX},
+                "new_text": {"type": "string", "maxLength": _TEXT_MAX},
+                "replace_all": {"type": "boolean"},
+                "expected_sha256": _SHA_SCHEMA,
+            },
+            ["path", "old_text", "new_text"],
+        ),
+        output_schema=_object(
+            {
+                "path": _PATH_SCHEMA,
+                "sha256_before": _SHA_SCHEMA,
+                "sha256_after": _SHA_SCHEMA,
+                "replacements": _COUNT,
+                "lines_added": _COUNT,
+                "lines_removed": _COUNT,
+            },
+            ["path", "sha256_before", "sha256_after", "replacements", "lines_added", "lines_removed"],
+        ),
+        effect=Effect.WRITE,
+        risk=Risk.MEDIUM,
+        permissions=("fs.write",),
+        run=run,
+        prepare=prepare,
         sensitive_params=("old_text", "new_text"),
-    )  # fmt: skip
+    )
 
 
 def _open_target(ws: Workspace, rel: RelPath) -> tuple[int, os.stat_result]:
@@ -309,29 +378,48 @@ def _open_target(ws: Workspace, rel: RelPath) -> tuple[int, os.stat_result]:
 
 
 def _prepare_edit(
-    rel: RelPath, data: bytes, text: str, info: os.stat_result, given: Mapping[str, Any], grant: WorkspaceGrant
+    rel: RelPath,
+    data: bytes,
+    text: str,
+    info: os.stat_result,
+    *,
+    given: Mapping[str, Any],
+    grant: WorkspaceGrant,
 ) -> Prepared:
     before = sha256_hex(data)
     expected = given.get("expected_sha256")
     if expected is not None and expected != before:
-        raise InputInvalid(f"{rel.text!r} changed: its sha256 is not expected_sha256", pointer="/expected_sha256",
-                           reason="stale", sha256=before, hint="Read the file again.")  # fmt: skip
+        raise InputInvalid(
+            f"{rel.text!r} changed: its sha256 is not expected_sha256",
+            pointer="/expected_sha256",
+            reason="stale",
+            sha256=before,
+            hint="Read the file again.",
+        )
     old, new = str(given["old_text"]), str(given["new_text"])
     if old == new:
-        raise InputInvalid("old_text and new_text are the same: nothing to change", pointer="/new_text",
-                           reason="no_change")  # fmt: skip
+        raise InputInvalid(
+            "old_text and new_text are the same: nothing to change", pointer="/new_text", reason="no_change"
+        )
     if line_ending(data) == "crlf" and "\r" not in old + new:
         old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")  # keep the file's style
     count = text.count(old)
     if count == 0:
-        raise InputInvalid(f"old_text was not found in {rel.text!r}: the model's context is stale or the path "
-                           "is wrong", pointer="/old_text", reason="not_found",
-                           hint="Read the file again and copy old_text exactly.")  # fmt: skip
+        raise InputInvalid(
+            f"old_text was not found in {rel.text!r}: the model's context is stale or the path is wrong",
+            pointer="/old_text",
+            reason="not_found",
+            hint="Read the file again and copy old_text exactly.",
+        )
     replace_all = bool(given.get("replace_all", False))
     if count > 1 and not replace_all:
-        raise InputInvalid(f"old_text occurs {count} times in {rel.text!r}; make it unique or set replace_all",
-                           pointer="/old_text", reason="ambiguous", count=count,
-                           lines=_match_lines(text, old, 5))  # fmt: skip
+        raise InputInvalid(
+            f"old_text occurs {count} times in {rel.text!r}; make it unique or set replace_all",
+            pointer="/old_text",
+            reason="ambiguous",
+            count=count,
+            lines=_match_lines(text, old, 5),
+        )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)  # literal: no $& etc.
     new_bytes = updated.encode("utf-8")
     if len(new_bytes) > grant.max_file_bytes:
@@ -341,14 +429,34 @@ def _prepare_edit(
     diff, added, removed = _unified_diff(rel, text, updated, (first, last + len(old)))
     raw_diff = diff.encode("utf-8")
     if len(raw_diff) > grant.max_diff_bytes:
-        raise InputInvalid(f"the diff of this edit is {len(raw_diff)} bytes, more than {grant.max_diff_bytes}",
-                           pointer="/new_text", reason="diff_too_large", limit=grant.max_diff_bytes,
-                           hint="Make smaller edits.")  # fmt: skip
-    bound = {"path": rel.text, "sha256_before": before, "diff_sha256": sha256_hex(raw_diff),
-             "size_before": len(data), "size_after": len(new_bytes), "mode": stat.S_IMODE(info.st_mode)}
-    record = {"path": rel.text, "sha256_before": before, "diff_sha256": bound["diff_sha256"],
-              "size_before": len(data), "size_after": len(new_bytes)}  # fmt: skip
-    state = {"new": new_bytes, "replacements": count if replace_all else 1, "added": added, "removed": removed}
+        raise InputInvalid(
+            f"the diff of this edit is {len(raw_diff)} bytes, more than {grant.max_diff_bytes}",
+            pointer="/new_text",
+            reason="diff_too_large",
+            limit=grant.max_diff_bytes,
+            hint="Make smaller edits.",
+        )
+    bound = {
+        "path": rel.text,
+        "sha256_before": before,
+        "diff_sha256": sha256_hex(raw_diff),
+        "size_before": len(data),
+        "size_after": len(new_bytes),
+        "mode": stat.S_IMODE(info.st_mode),
+    }
+    record = {
+        "path": rel.text,
+        "sha256_before": before,
+        "diff_sha256": bound["diff_sha256"],
+        "size_before": len(data),
+        "size_after": len(new_bytes),
+    }
+    state = {
+        "new": new_bytes,
+        "replacements": count if replace_all else 1,
+        "added": added,
+        "removed": removed,
+    }
     return Prepared(bound=bound, preview=escape_preview(diff), record=record, state=state)
 
 
@@ -383,12 +491,14 @@ def _unified_diff(
         high = len(before) if found < 0 else found + 1
     delta = len(after) - len(before)
     offset = before.count("\n", 0, low)
-    old, new = _keep(before[low:high]), _keep(after[low:high + delta])
+    old, new = _keep(before[low:high]), _keep(after[low : high + delta])
     lines = list(difflib.unified_diff(old, new, f"a/{rel.text}", f"b/{rel.text}", n=3))
     lines = [_shift_hunk(line, offset) if line.startswith("@@") else line for line in lines]
     added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
-    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    text = "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
     return text, added, removed
 
 
@@ -425,7 +535,12 @@ def escape_preview(text: str) -> str:
             out.append(ch)
         elif ch == "\r":
             out.append("\\r")
-        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or ch in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069":
+        elif (
+            code < 0x20
+            or code == 0x7F
+            or 0x80 <= code < 0xA0
+            or ch in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+        ):
             out.append(f"\\u{code:04x}")
         else:
             out.append(ch)
@@ -433,9 +548,14 @@ def escape_preview(text: str) -> str:
 
 
 def atomic_replace(
-    dir_fd: int, name: str, data: bytes, *, expect_sha256: str, tool: str,
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    expect_sha256: str,
+    tool: str,
     before_rename: Callable[[], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Replace ``name`` in the directory ``dir_fd`` with ``data``, atomically and durably.
 
     The current file is re-read through ``O_NOFOLLOW``; if its sha256 is not
@@ -456,13 +576,15 @@ def atomic_replace(
     if sha256_hex(current) != expect_sha256:
         raise stale(tool)
     temp = f"{TEMP_PREFIX}{os.getpid()}.{_random.token_hex(8)}.tmp"
-    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    out = os.open(
+        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+    )
     try:
         try:
             os.fchmod(out, stat.S_IMODE(info.st_mode))
             view = memoryview(data)
             while view:
-                view = view[os.write(out, view):]
+                view = view[os.write(out, view) :]
             os.fsync(out)
         finally:
             os.close(out)
@@ -470,7 +592,10 @@ def atomic_replace(
             before_rename()
         now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if (now.st_ino, now.st_dev, now.st_mtime_ns, now.st_size) != (
-            info.st_ino, info.st_dev, info.st_mtime_ns, info.st_size
+            info.st_ino,
+            info.st_dev,
+            info.st_mtime_ns,
+            info.st_size,
         ):
             raise stale(tool)
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -492,7 +617,7 @@ def sweep_temp_files(dir_fd: int) -> int:
     for name in names:
         if not (name.startswith(TEMP_PREFIX) and name.endswith(".tmp")):
             continue
-        pid_text = name[len(TEMP_PREFIX):].split(".", 1)[0]
+        pid_text = name[len(TEMP_PREFIX) :].split(".", 1)[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid() and _alive(int(pid_text)):
             continue
         if pid_text.isdigit() and int(pid_text) == os.getpid():
@@ -526,31 +651,54 @@ def _list_tool(workspaces: Workspaces) -> HostTool:
         entries: list[dict[str, Any]] = []
         state = {"bytes": 0, "truncated": False}
         try:
-            _walk(ws, fd, rel, depth, entries, state, grant.max_list_entries)
+            _walk(ws, fd, rel, depth, entries=entries, state=state, limit=grant.max_list_entries)
         finally:
             os.close(fd)
         return Ran({"path": rel.text, "entries": entries, "truncated": state["truncated"]})
 
-    entry = _object({"path": _PATH_SCHEMA,
-                     "kind": {"type": "string", "enum": ["file", "dir", "symlink", "other"], "maxLength": 7},
-                     "size": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1}}, ["path", "kind", "size"])
+    entry = _object(
+        {
+            "path": _PATH_SCHEMA,
+            "kind": {"type": "string", "enum": ["file", "dir", "symlink", "other"], "maxLength": 7},
+            "size": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+        },
+        ["path", "kind", "size"],
+    )
     return HostTool(
-        name="fs.list", version=VERSION,
+        name="fs.list",
+        version=VERSION,
         description="List a directory of the workspace (depth 1-8). Symlinks are listed, never followed.",
-        input_schema=_object({"path": _PATH_SCHEMA, "depth": {"type": "integer", "minimum": 1, "maximum": 8}},
-                             ["path"]),
-        output_schema=_object({"path": _PATH_SCHEMA,
-                               "entries": {"type": "array", "maxItems": 256, "items": entry},
-                               "truncated": {"type": "boolean"}}, ["path", "entries", "truncated"]),
-        effect=Effect.READ, risk=Risk.LOW, permissions=("fs.read",), run=run,
-    )  # fmt: skip
+        input_schema=_object(
+            {"path": _PATH_SCHEMA, "depth": {"type": "integer", "minimum": 1, "maximum": 8}}, ["path"]
+        ),
+        output_schema=_object(
+            {
+                "path": _PATH_SCHEMA,
+                "entries": {"type": "array", "maxItems": 256, "items": entry},
+                "truncated": {"type": "boolean"},
+            },
+            ["path", "entries", "truncated"],
+        ),
+        effect=Effect.READ,
+        risk=Risk.LOW,
+        permissions=("fs.read",),
+        run=run,
+    )
 
 
 _LIST_BYTES: Final = 192 * 1024  # bytes of listed paths in one reply (under the output ceiling)
 
 
-def _walk(ws: Workspace, fd: int, rel: RelPath, depth: int, entries: list[dict[str, Any]],
-          state: dict[str, Any], limit: int) -> None:  # fmt: skip
+def _walk(
+    ws: Workspace,
+    fd: int,
+    rel: RelPath,
+    depth: int,
+    *,
+    entries: list[dict[str, Any]],
+    state: dict[str, Any],
+    limit: int,
+) -> None:
     with os.scandir(fd) as found:
         names = sorted(e.name for e in found)
     for name in names:
@@ -564,8 +712,15 @@ def _walk(ws: Workspace, fd: int, rel: RelPath, depth: int, entries: list[dict[s
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError:
             continue
-        kind = ("dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode)
-                else "symlink" if stat.S_ISLNK(info.st_mode) else "other")  # fmt: skip
+        kind = (
+            "dir"
+            if stat.S_ISDIR(info.st_mode)
+            else "file"
+            if stat.S_ISREG(info.st_mode)
+            else "symlink"
+            if stat.S_ISLNK(info.st_mode)
+            else "other"
+        )
         entries.append({"path": child.text, "kind": kind, "size": info.st_size if kind == "file" else 0})
         state["bytes"] += len(child.text)
         if kind == "dir" and depth > 1:
@@ -574,7 +729,7 @@ def _walk(ws: Workspace, fd: int, rel: RelPath, depth: int, entries: list[dict[s
             except OSError:
                 continue
             try:
-                _walk(ws, sub, child, depth - 1, entries, state, limit)
+                _walk(ws, sub, child, depth - 1, entries=entries, state=state, limit=limit)
             finally:
                 os.close(sub)
             if state["truncated"]:
@@ -582,4 +737,9 @@ def _walk(ws: Workspace, fd: int, rel: RelPath, depth: int, entries: list[dict[s
 
 
 def _object(properties: Mapping[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "properties": dict(properties), "required": required}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": dict(properties),
+        "required": required,
+    }

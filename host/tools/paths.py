@@ -85,8 +85,12 @@ def parse_path(value: str, *, pointer: str = "/path") -> RelPath:
     """
 
     def bad(reason: str, message: str) -> InputInvalid:
-        return InputInvalid(f"path {value[:200]!r} {message}", pointer=pointer, reason=reason,
-                            hint="Give a path relative to the workspace root, without '..'.")
+        return InputInvalid(
+            f"path {value[:200]!r} {message}",
+            pointer=pointer,
+            reason=reason,
+            hint="Give a path relative to the workspace root, without '..'.",
+        )
 
     if value == "":
         raise bad("empty", "is empty (use '.' for the workspace root)")
@@ -137,9 +141,11 @@ def _openat2_raw(dirfd: int, path: str, flags: int, resolve: int) -> int:
 
 def _refused(rel: RelPath, reason: str, message: str) -> PolicyDenied:
     return PolicyDenied(
-        f"path {rel.text!r} {message}", reason=reason, path=rel.text,
-        hint="Only regular files beneath the workspace root are reachable; see `Workspace files` in the README.",
-    )  # fmt: skip
+        f"path {rel.text!r} {message}",
+        reason=reason,
+        path=rel.text,
+        hint="Only regular files beneath the workspace root are reachable (README: Workspace files).",
+    )
 
 
 class Workspace:
@@ -162,8 +168,9 @@ class Workspace:
         try:
             self.fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            raise ToolFailed(f"workspace root {str(root)!r} cannot be opened: {exc.strerror}",
-                             reason="root_unavailable") from exc
+            raise ToolFailed(
+                f"workspace root {str(root)!r} cannot be opened: {exc.strerror}", reason="root_unavailable"
+            ) from exc
         self.protected = tuple(protected)
         self.deny = tuple(deny)
         self._force_walk = False  # tests: exercise the O_NOFOLLOW component walk
@@ -228,9 +235,13 @@ class Workspace:
             if stat.S_ISLNK(info.st_mode):
                 raise _refused(rel, "symlink", "is a symlink, which this operation does not follow")
             if not stat.S_ISREG(info.st_mode):
-                raise _refused(rel, "not_regular", "is not a regular file (directory, FIFO, socket or device)")
+                raise _refused(
+                    rel, "not_regular", "is not a regular file (directory, FIFO, socket or device)"
+                )
             if info.st_nlink > 1:
-                raise _refused(rel, "hard_link", "has more than one hard link (it may be a file outside the root)")
+                raise _refused(
+                    rel, "hard_link", "has more than one hard link (it may be a file outside the root)"
+                )
             if follow:
                 self._check_resolved(handle, rel)
             fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
@@ -272,7 +283,11 @@ class Workspace:
         try:
             for index, part in enumerate(rel.parts):
                 last = index == len(rel.parts) - 1
-                want = flags | os.O_NOFOLLOW if last else os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                want = (
+                    flags | os.O_NOFOLLOW
+                    if last
+                    else os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                )
                 try:
                     nxt = os.open(part, want, dir_fd=current)
                 except OSError as exc:
@@ -302,11 +317,19 @@ class Workspace:
         if code == errno.ELOOP:
             return _refused(rel, "symlink", "goes through a symlink, which this operation does not follow")
         if code in (errno.ENOENT,):
-            return InputInvalid(f"no file or directory {rel.text!r} in the workspace", pointer="/path",
-                                reason="not_found", path=rel.text)
+            return InputInvalid(
+                f"no file or directory {rel.text!r} in the workspace",
+                pointer="/path",
+                reason="not_found",
+                path=rel.text,
+            )
         if code == errno.ENOTDIR:
-            return InputInvalid(f"{rel.text!r}: a component is not a directory", pointer="/path",
-                                reason="not_found", path=rel.text)
+            return InputInvalid(
+                f"{rel.text!r}: a component is not a directory",
+                pointer="/path",
+                reason="not_found",
+                path=rel.text,
+            )
         if code in (errno.ENXIO, errno.ENODEV):
             return _refused(rel, "not_regular", "is a socket or device")
         if code in (errno.EACCES, errno.EPERM):

@@ -130,7 +130,8 @@ def _change(record: dict[str, Any]) -> tuple[str, ...]:
     """A host tool's file change: its path and ``+added/−removed`` (outcome) or the path (intent)."""
     outcome = record.get("outcome")
     if isinstance(outcome, dict) and "path" in outcome:
-        return (f"{outcome['path']} +{outcome.get('lines_added', 0)}/\u2212{outcome.get('lines_removed', 0)}",)
+        added, removed = outcome.get("lines_added", 0), outcome.get("lines_removed", 0)
+        return (f"{outcome['path']} +{added}/\u2212{removed}",)
     change = record.get("change")
     if isinstance(change, dict) and "path" in change:
         return (str(change["path"]),)

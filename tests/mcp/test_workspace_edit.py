@@ -37,7 +37,9 @@ def _app(tmp_path: Path) -> tuple[StockadeMCP, Path]:
     return StockadeMCP(open_host, options=ServeOptions(state_dir=state, principal=ALICE)), ws
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["elicitation_2025_11_25", "input_required_2026_07_28"])
+@pytest.mark.parametrize(
+    "mode", ["legacy", "auto"], ids=["elicitation_2025_11_25", "input_required_2026_07_28"]
+)
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
 def test_edit_asks_with_the_diff_before_writing(tmp_path: Path, mode: str, approve: bool) -> None:
     app, ws = _app(tmp_path)

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from host import Host, HostConfig
+from host.canonical import sha256_hex
+from host.config import WorkspaceGrant
 from host.errors import StockadeError
 from host.tools.fs import TEMP_PREFIX, Workspaces, atomic_replace
 from host.tools.paths import RelPath, Workspace
@@ -82,12 +84,13 @@ def test_preview_escapes_control_characters(fs: FsHost) -> None:
     plan = fs.prepare_edit(path="f.txt", old_text="beta", new_text="\x1b[2J\u202eevil\r")
     assert plan.preview.detail is not None
     assert "\x1b" not in plan.preview.detail and "\\u001b[2J" in plan.preview.detail
-    assert "\u202e" not in str(plan.preview) and "\\u202e" in str(plan.preview) and "\\r" in plan.preview.detail
+    assert (
+        "\u202e" not in str(plan.preview) and "\\u202e" in str(plan.preview) and "\\r" in plan.preview.detail
+    )
 
 
 def test_change_in_the_last_window_before_rename_refused(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("old\n")
-    from host.canonical import sha256_hex
 
     def meddle() -> None:
         (tmp_path / "f.txt").write_text("new\n")
@@ -124,7 +127,9 @@ def test_kill_9_between_temp_write_and_rename_keeps_old_file(tmp_path: Path) -> 
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "f.txt").write_text("old content\n")
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(ws)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(ws)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "renaming"
         temps = [p.name for p in ws.iterdir() if p.name.startswith(TEMP_PREFIX)]
@@ -135,8 +140,6 @@ def test_kill_9_between_temp_write_and_rename_keeps_old_file(tmp_path: Path) -> 
         assert child.stdout is not None
         child.stdout.close()
     assert (ws / "f.txt").read_text() == "old content\n"
-    from host.config import WorkspaceGrant
-
     Workspaces([WorkspaceGrant(root=ws, project="p")], protected=[]).close()  # the next open sweeps
     assert sorted(p.name for p in ws.iterdir()) == ["f.txt"]
 

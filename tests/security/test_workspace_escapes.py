@@ -18,7 +18,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.workspace import FsHost, make_fs_host
+from host import Host, HostConfig
+from host.config import WorkspaceGrant
+from tests.support.bundles import write_lock
+from tests.support.hosts import write_policy
+from tests.support.workspace import ALICE, FS_PERMISSIONS, FsHost, make_fs_host
 
 OUTSIDE = "outside secret\n"
 INSIDE = "inside text\n"
@@ -212,11 +216,6 @@ def test_protected_paths_refused_for_writes(tmp_path: Path) -> None:
 
 
 def test_stockade_state_inside_root_protected(tmp_path: Path) -> None:
-    from host import Host, HostConfig
-    from host.config import WorkspaceGrant
-    from tests.support.bundles import write_lock
-    from tests.support.hosts import write_policy
-    from tests.support.workspace import ALICE, FS_PERMISSIONS
 
     ws = tmp_path  # the lock, the state dir and the audit log all lie inside the root
     lock = write_lock(ws / "stockade.lock", [])

@@ -8,6 +8,10 @@ Every limit is crossed once.
 
 from __future__ import annotations
 
+import difflib
+import json
+import random
+import re
 import resource
 import time
 from collections.abc import Iterator
@@ -16,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from host.tools.fs import line_ending, split_lines
-from host.tools.paths import parse_path
+from host.errors import InputInvalid, StockadeError
+from host.tools.fs import _keep, _unified_diff, line_ending, split_lines
+from host.tools.paths import RelPath, parse_path
+from sdk.commands._logshow import line_for
 from tests.support.workspace import FsHost, make_fs_host
 
 
@@ -36,8 +42,6 @@ def _error(result: Any) -> tuple[str, Any]:
 
 
 def _prepare_error(fs: FsHost, **input: Any) -> tuple[str, Any, Any]:
-    from host.errors import StockadeError
-
     with pytest.raises(StockadeError) as caught:
         fs.prepare_edit(**input)
     return caught.value.code, caught.value.details.get("reason"), caught.value.details
@@ -136,7 +140,8 @@ def test_not_text_refused(fs: FsHost, data: bytes, why: str) -> None:
 def test_out_of_range_lines_name_total(fs: FsHost) -> None:
     (fs.ws / "t.txt").write_text("a\nb\n")
     result = fs.read(path="t.txt", start_line=5)
-    assert _error(result) == ("INPUT_INVALID", "out_of_range") and result.error.details["total_lines"] == 2
+    assert _error(result) == ("INPUT_INVALID", "out_of_range")
+    assert result.error is not None and result.error.details["total_lines"] == 2
     assert _error(fs.read(path="t.txt", start_line=2, end_line=3)) == ("INPUT_INVALID", "out_of_range")
     assert fs.read(path="t.txt", start_line=2, end_line=2).output["content"] == "2: b"
 
@@ -152,7 +157,11 @@ def test_long_line_cut_with_marker(tmp_path: Path) -> None:
     try:
         (fs.ws / "l.txt").write_text("x" * 1000 + "\nshort\n")
         out = fs.read(path="l.txt").output
-        assert out["truncated"] and "…[line cut: 900 more bytes]" in out["content"] and "2: short" in out["content"]
+        assert (
+            out["truncated"]
+            and "…[line cut: 900 more bytes]" in out["content"]
+            and "2: short" in out["content"]
+        )
     finally:
         fs.host.close()
 
@@ -190,11 +199,22 @@ def test_oversize_diff_refused(tmp_path: Path) -> None:
 
 def test_not_found_and_no_change_refused(fs: FsHost) -> None:
     (fs.ws / "t.txt").write_text("abc\n")
-    assert _prepare_error(fs, path="t.txt", old_text="zzz", new_text="y")[:2] == ("INPUT_INVALID", "not_found")
-    assert _prepare_error(fs, path="t.txt", old_text="abc", new_text="abc")[:2] == ("INPUT_INVALID", "no_change")
-    assert _prepare_error(fs, path="nope.txt", old_text="a", new_text="b")[:2] == ("INPUT_INVALID", "not_found")
+    assert _prepare_error(fs, path="t.txt", old_text="zzz", new_text="y")[:2] == (
+        "INPUT_INVALID",
+        "not_found",
+    )
+    assert _prepare_error(fs, path="t.txt", old_text="abc", new_text="abc")[:2] == (
+        "INPUT_INVALID",
+        "no_change",
+    )
+    assert _prepare_error(fs, path="nope.txt", old_text="a", new_text="b")[:2] == (
+        "INPUT_INVALID",
+        "not_found",
+    )
     sha = fs.read(path="t.txt").output["sha256"]
-    assert _prepare_error(fs, path="t.txt", old_text="abc", new_text="y", expected_sha256="0" * 64)[1] == "stale"
+    assert (
+        _prepare_error(fs, path="t.txt", old_text="abc", new_text="y", expected_sha256="0" * 64)[1] == "stale"
+    )
     assert fs.edit(path="t.txt", old_text="abc", new_text="y", expected_sha256=sha).ok
 
 
@@ -205,8 +225,6 @@ def test_not_found_and_no_change_refused(fs: FsHost) -> None:
     ids=["empty", "path_4098_bytes", "component_256_bytes", "newline", "absolute", "dotdot", "nul"],
 )  # fmt: skip
 def test_path_grammar_refused_before_any_filesystem_call(path: str, reason: str) -> None:
-    from host.errors import InputInvalid
-
     with pytest.raises(InputInvalid) as caught:
         parse_path(path)
     assert caught.value.details["reason"] == reason and caught.value.details["pointer"] == "/path"
@@ -250,10 +268,6 @@ def test_list_bounded_by_entries_and_depth(tmp_path: Path) -> None:
 
 
 def test_log_show_prints_path_and_lines_added_removed(fs: FsHost) -> None:
-    import json
-
-    from sdk.commands._logshow import line_for
-
     (fs.ws / "n.txt").write_text("a\nb\n")
     assert fs.edit(path="n.txt", old_text="b\n", new_text="c\nd\n").ok
     records = [json.loads(line) for line in fs.audit_path.read_text().splitlines()]
@@ -265,8 +279,6 @@ def test_log_show_prints_path_and_lines_added_removed(fs: FsHost) -> None:
 
 def _apply(diff: str, before: list[str]) -> list[str]:
     """Apply a unified diff (as written by fs.edit_file) to a list of lines, checking context."""
-    import re
-
     out: list[str] = []
     at = 0
     lines = diff.split("\n")[2:]
@@ -294,12 +306,6 @@ def _apply(diff: str, before: list[str]) -> list[str]:
 
 
 def test_windowed_diff_is_a_correct_diff_and_difflib_for_one_change() -> None:
-    import difflib
-    import random
-
-    from host.tools.fs import _keep, _unified_diff
-    from host.tools.paths import RelPath
-
     rng = random.Random(7)
     for round_ in range(300):
         before = [f"l{rng.randrange(5)}\n" for _ in range(rng.randrange(0, 40))]
@@ -307,7 +313,7 @@ def test_windowed_diff_is_a_correct_diff_and_difflib_for_one_change() -> None:
         changes = 1 if round_ % 2 else rng.randrange(1, 4)
         for _ in range(changes):
             at = rng.randrange(0, len(after) + 1)
-            after[at:at + rng.randrange(0, 3)] = [f"n{rng.randrange(5)}\n"] * rng.randrange(0, 3)
+            after[at : at + rng.randrange(0, 3)] = [f"n{rng.randrange(5)}\n"] * rng.randrange(0, 3)
         if rng.random() < 0.3 and after:
             after[-1] = after[-1].rstrip("\n")
         old, new = "".join(before), "".join(after)
@@ -315,11 +321,15 @@ def test_windowed_diff_is_a_correct_diff_and_difflib_for_one_change() -> None:
             continue
         ours = _unified_diff(RelPath(("f",)), old, new)[0]
         assert "".join(_apply(ours, _keep(old))) == new
-        head = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
-        back = next((i for i, (x, y) in enumerate(zip(old[::-1], new[::-1])) if x != y or i >= len(old) - head),
+        head = next(
+            (i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y), min(len(old), len(new))
+        )
+        back = next((i for i, (x, y) in enumerate(zip(old[::-1], new[::-1], strict=False)) if x != y or i >= len(old) - head),
                     min(len(old), len(new)) - head)  # fmt: skip
         windowed = _unified_diff(RelPath(("f",)), old, new, (head, max(head, len(old) - back)))[0]
         assert "".join(_apply(windowed, _keep(old))) == new
         if changes == 1 and len(set(before)) == len(before):
             ref = difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/f", "b/f", n=3)
-            assert ours == "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in ref)
+            assert ours == "".join(
+                x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in ref
+            )

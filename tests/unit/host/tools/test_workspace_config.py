@@ -28,8 +28,8 @@ def test_workspace_tables_parsed_with_root_relative_to_file(tmp_path: Path) -> N
 
 def textwrap_body() -> str:
     return (
-        "[[workspace]]\nroot = \"ws\"\nproject = \"p\"\nsubjects = [\"alice\"]\n"
-        "deny = [\"secrets\"]\nmax_file_bytes = 1000\n"
+        '[[workspace]]\nroot = "ws"\nproject = "p"\nsubjects = ["alice"]\n'
+        'deny = ["secrets"]\nmax_file_bytes = 1000\n'
     )
 
 
