@@ -19,25 +19,31 @@ import difflib
 import json
 import os
 import re
-import secrets as _random
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from host.canonical import sha256_hex
-from host.config import Ceilings, WorkspaceGrant
-from host.errors import InputInvalid, PolicyDenied, ToolNotFound
+from host.config import WorkspaceGrant
+from host.errors import InputInvalid, ToolNotFound
 from host.manifest import Effect, Risk
 from host.plan import Principal
-from host.tools.base import HostCall, HostTool, HostToolSet, Prepared, Ran, stale
+from host.tools.atomic import TEMP_PREFIX, atomic_replace, sweep_temp_files
+from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.paths import MAX_PATH_BYTES, RelPath, Workspace, parse_path
 
-__all__ = ["TEMP_PREFIX", "Workspaces", "atomic_replace", "fs_tools", "line_ending", "split_lines"]
+__all__ = [
+    "Workspaces",
+    "edit_tool",
+    "escape_preview",
+    "line_ending",
+    "list_tool",
+    "read_tool",
+    "split_lines",
+]
 
 VERSION: Final = "1.0.0"
-TEMP_PREFIX: Final = ".stockade-edit."
-"""Name prefix of an edit's temp file (``.stockade-edit.<pid>.<random>.tmp``)."""
 _MAX_LINE: Final = 2**31 - 1
 _TEXT_MAX: Final = 65536  # characters of old_text/new_text (the input is ≤ 64 KiB anyway)
 _PATH_SCHEMA: Final = {
@@ -104,12 +110,6 @@ def _relative(root: Path, path: Path) -> str | None:
         return None
     text = inner.as_posix()
     return None if text == "." else text
-
-
-def fs_tools(workspaces: Workspaces, *, ceilings: Ceilings) -> HostToolSet:
-    """The ``fs.*`` host tools over ``workspaces`` (closed with the returned set)."""
-    tools = [_read_tool(workspaces), _edit_tool(workspaces), _list_tool(workspaces)]
-    return HostToolSet(tools, ceilings=ceilings, close=workspaces.close)
 
 
 # -- text -------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def _load(
 # -- fs.read_file -----------------------------------------------------------------------
 
 
-def _read_tool(workspaces: Workspaces) -> HostTool:
+def read_tool(workspaces: Workspaces) -> HostTool:
     def run(call: HostCall, _: Prepared | None) -> Ran:
         grant, ws, rel = _load(workspaces, call, write=False)
         fd, info = ws.open_file(rel, follow=True)
@@ -304,7 +304,7 @@ def _cut_line(line: str, limit: int) -> tuple[str, bool]:
 # -- fs.edit_file -----------------------------------------------------------------------
 
 
-def _edit_tool(workspaces: Workspaces) -> HostTool:
+def edit_tool(workspaces: Workspaces) -> HostTool:
     def prepare(call: HostCall) -> Prepared:
         grant, ws, rel = _load(workspaces, call, write=True)
         target = _open_target(ws, rel)
@@ -318,13 +318,20 @@ def _edit_tool(workspaces: Workspaces) -> HostTool:
     def run(call: HostCall, prepared: Prepared | None) -> Ran:
         if prepared is None:  # pragma: no cover - the host always prepares a tool with prepare
             raise RuntimeError("fs.edit_file runs only prepared")
-        _, ws, rel = _load(workspaces, call, write=True)
+        grant, ws, rel = _load(workspaces, call, write=True)
         new: bytes = prepared.state["new"]
         before = prepared.bound["sha256_before"]
         dir_fd = ws.open_dir(RelPath(rel.parts[:-1]), follow=False)
         try:
             sweep_temp_files(dir_fd)
-            atomic_replace(dir_fd, rel.parts[-1], new, expect_sha256=before, tool="fs.edit_file")
+            atomic_replace(
+                dir_fd,
+                rel.parts[-1],
+                new,
+                expect_sha256=before,
+                max_bytes=grant.max_file_bytes,
+                tool="fs.edit_file",
+            )
         finally:
             os.close(dir_fd)
         outcome = {
@@ -547,103 +554,10 @@ def escape_preview(text: str) -> str:
     return "".join(out)
 
 
-def atomic_replace(
-    dir_fd: int,
-    name: str,
-    data: bytes,
-    *,
-    expect_sha256: str,
-    tool: str,
-    before_rename: Callable[[], None] | None = None,
-) -> None:
-    """Replace ``name`` in the directory ``dir_fd`` with ``data``, atomically and durably.
-
-    The current file is re-read through ``O_NOFOLLOW``; if its sha256 is not
-    ``expect_sha256`` (or it has another link), nothing is written. Temp file with
-    ``O_EXCL`` beside it, mode kept, fsync, rename over the target, fsync of the directory.
-
-    Raises:
-        ApprovalInvalid: ``stale`` (the file changed). PolicyDenied: not a plain file.
-    """
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            raise PolicyDenied(f"{name!r} is no longer a plain file", reason="not_regular")
-        current = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
-    finally:
-        os.close(fd)
-    if sha256_hex(current) != expect_sha256:
-        raise stale(tool)
-    temp = f"{TEMP_PREFIX}{os.getpid()}.{_random.token_hex(8)}.tmp"
-    out = os.open(
-        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-    )
-    try:
-        try:
-            os.fchmod(out, stat.S_IMODE(info.st_mode))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
-            os.fsync(out)
-        finally:
-            os.close(out)
-        if before_rename is not None:
-            before_rename()
-        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if (now.st_ino, now.st_dev, now.st_mtime_ns, now.st_size) != (
-            info.st_ino,
-            info.st_dev,
-            info.st_mtime_ns,
-            info.st_size,
-        ):
-            raise stale(tool)
-        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        try:
-            os.unlink(temp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
-        raise
-    os.fsync(dir_fd)
-
-
-def sweep_temp_files(dir_fd: int) -> int:
-    """Remove edit temp files left in ``dir_fd`` by processes that no longer run
-    (a crash between temp write and rename). Returns how many were removed."""
-    removed = 0
-    with os.scandir(dir_fd) as found:
-        names = [e.name for e in found]
-    for name in names:
-        if not (name.startswith(TEMP_PREFIX) and name.endswith(".tmp")):
-            continue
-        pid_text = name[len(TEMP_PREFIX) :].split(".", 1)[0]
-        if pid_text.isdigit() and int(pid_text) != os.getpid() and _alive(int(pid_text)):
-            continue
-        if pid_text.isdigit() and int(pid_text) == os.getpid():
-            continue
-        try:
-            os.unlink(name, dir_fd=dir_fd)
-            removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # -- fs.list ----------------------------------------------------------------------------
 
 
-def _list_tool(workspaces: Workspaces) -> HostTool:
+def list_tool(workspaces: Workspaces) -> HostTool:
     def run(call: HostCall, _: Prepared | None) -> Ran:
         grant, ws, rel = _load(workspaces, call, write=False)
         depth = int(call.input.get("depth", 1))

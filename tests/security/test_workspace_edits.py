@@ -25,7 +25,8 @@ from host import Host, HostConfig
 from host.canonical import sha256_hex
 from host.config import WorkspaceGrant
 from host.errors import StockadeError
-from host.tools.fs import TEMP_PREFIX, Workspaces, atomic_replace
+from host.tools.atomic import TEMP_PREFIX, atomic_replace
+from host.tools.fs import Workspaces
 from host.tools.paths import RelPath, Workspace
 from tests.support.bundles import write_lock
 from tests.support.hosts import write_policy
@@ -98,8 +99,10 @@ def test_change_in_the_last_window_before_rename_refused(tmp_path: Path) -> None
     dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(StockadeError) as caught:
-            atomic_replace(dir_fd, "f.txt", b"mine\n", expect_sha256=sha256_hex(b"old\n"), tool="t",
-                           before_rename=meddle)  # fmt: skip
+            atomic_replace(
+                dir_fd, "f.txt", b"mine\n", expect_sha256=sha256_hex(b"old\n"), max_bytes=1000, tool="t",
+                before_rename=meddle,
+            )  # fmt: skip
     finally:
         os.close(dir_fd)
     assert caught.value.details["reason"] == "stale"
@@ -111,13 +114,13 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from host.canonical import sha256_hex
-    from host.tools.fs import atomic_replace
+    from host.tools.atomic import atomic_replace
     root = sys.argv[1]
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     def stop():
         print("renaming", flush=True)
         time.sleep(60)
-    atomic_replace(fd, "f.txt", b"new content\\n", expect_sha256=sha256_hex(b"old content\\n"),
+    atomic_replace(fd, "f.txt", b"new content\\n", expect_sha256=sha256_hex(b"old content\\n"), max_bytes=1000,
                    tool="t", before_rename=stop)
     """
 )

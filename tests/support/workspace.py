@@ -19,7 +19,8 @@ from tests.support.hosts import write_policy
 
 ALICE = Principal(project="p", subject="alice")
 FS_PERMISSIONS = (
-    "tool.call:fs.read_file", "tool.call:fs.edit_file", "tool.call:fs.list", "fs.read", "fs.write",
+    "tool.call:fs.read_file", "tool.call:fs.edit_file", "tool.call:fs.write_file", "tool.call:fs.list",
+    "fs.read", "fs.write",
 )  # fmt: skip
 
 
