@@ -16,7 +16,8 @@ Modules:
 - :mod:`host.tools.paths` — workspace path grammar and race-free resolution beneath a root fd;
 - :mod:`host.tools.atomic` — atomic, durable replace and create beneath a directory fd;
 - :mod:`host.tools.fs` — ``fs.read_file``, ``fs.edit_file``, ``fs.list``;
-- :mod:`host.tools.fs_write` — ``fs.write_file`` (create only).
+- :mod:`host.tools.fs_write` — ``fs.write_file`` (create only);
+- :mod:`host.tools.fs_search` — ``fs.search`` (literal, bounded).
 
 Resources (workspace roots, later command entries) come from the operator's
 :class:`~host.config.HostConfig`, never from the model, a client or a manifest.
@@ -31,6 +32,7 @@ from pathlib import Path
 from host.config import HostConfig
 from host.tools.base import HOST_PACKAGE, HostCall, HostTool, HostToolSet, Prepared, Ran, bind_digest
 from host.tools.fs import Workspaces, edit_tool, list_tool, read_tool
+from host.tools.fs_search import search_tool
 from host.tools.fs_write import write_tool
 
 __all__ = [
@@ -59,5 +61,6 @@ def host_tools_for(config: HostConfig, *, protected: Sequence[Path]) -> HostTool
     if not config.workspaces:
         return None
     workspaces = Workspaces(config.workspaces, protected=[config.state_dir, *protected])
-    tools = [read_tool(workspaces), edit_tool(workspaces), write_tool(workspaces), list_tool(workspaces)]
+    tools = [read_tool(workspaces), edit_tool(workspaces), write_tool(workspaces), list_tool(workspaces),
+             search_tool(workspaces)]  # fmt: skip
     return HostToolSet(tools, ceilings=config.ceilings, close=workspaces.close)

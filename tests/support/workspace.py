@@ -20,7 +20,7 @@ from tests.support.hosts import write_policy
 ALICE = Principal(project="p", subject="alice")
 FS_PERMISSIONS = (
     "tool.call:fs.read_file", "tool.call:fs.edit_file", "tool.call:fs.write_file", "tool.call:fs.list",
-    "fs.read", "fs.write",
+    "tool.call:fs.search", "fs.read", "fs.write",
 )  # fmt: skip
 
 
