@@ -130,7 +130,7 @@ def call_record(plan: InvocationPlan, tool: ToolDefinition, redactor: Redactor) 
         recorded = redact_params(recorded, tool.sensitive_params)
     if not redactor.empty:
         recorded = redactor.json_value(recorded)
-    return {
+    record = {
         "action_digest": plan.action_digest,
         "project": principal.project,
         "subject": principal.subject,
@@ -142,6 +142,9 @@ def call_record(plan: InvocationPlan, tool: ToolDefinition, redactor: Redactor) 
         "input": recorded,
         "fence": [plan.fence.policy_version, plan.fence.role_binding_version],
     }
+    if plan.effect is not None:  # a host tool's prepared change: digests and sizes, no contents
+        record["change"] = dict(plan.effect)
+    return record
 
 
 def approval_record(plan: InvocationPlan, channel: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
 from host.store.local import LocalStore
 from host.store.port import StateStore
+from host.tools.base import HostToolSet
 
 __all__ = [
     "Generation",
@@ -77,6 +78,7 @@ def load_generation(
     progress: Callable[[ProgressEvent], None] | None,
     unsafe_accept_rollback: bool,
     resolver: Resolver | None = None,
+    host_tools: HostToolSet | None = None,
 ) -> Generation:
     """Steps 2–4 of a verified lock: compile, build the registry, accept the generation,
     then start the pinned MCP servers (HTTP ones reached through ``resolver`` and the
@@ -94,6 +96,7 @@ def load_generation(
         registry = FrozenRegistry.from_packages([
             *((p.manifest, p.binding) for p in loaded.packages),
             *mcp_hosting.registry_items(pinned, loaded.generation),
+            *(host_tools.registry_items(loaded.generation) if host_tools is not None else ()),
         ])
         check_model_names(registry)  # no tool may vanish behind another's model-facing name
         accept_generation(state, loaded, config=config, unsafe_accept_rollback=unsafe_accept_rollback)

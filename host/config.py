@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["DEFAULT_CEILINGS", "Ceilings", "HostConfig"]
+__all__ = ["DEFAULT_CEILINGS", "Ceilings", "HostConfig", "WorkspaceGrant"]
 
 _log = logging.getLogger("stockade.config")
 
@@ -51,6 +51,57 @@ class Ceilings:
 
 
 DEFAULT_CEILINGS = Ceilings()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkspaceGrant:
+    """A workspace root the operator grants to a project's principals (``fs.*`` host tools).
+
+    The root comes only from here (the host configuration), never from the model, a
+    client, MCP Roots or a manifest. The host opens it as a directory fd at ``Host.open``.
+
+    Args:
+        root: the workspace directory.
+        project: the project whose principals get it.
+        subjects: only these subjects of the project (empty: every subject).
+        deny: glob patterns (``fnmatch``) of relative paths refused for reads and writes
+            and hidden from ``fs.list``; a pattern matching a directory covers what is
+            beneath it.
+        protected: extra relative paths refused for writes (``.git`` and the Stockade
+            state, lock and audit files inside the root are always protected).
+        max_file_bytes: bytes, the largest file ``fs.read_file``/``fs.edit_file`` open
+            (checked with ``fstat`` before reading).
+        page_bytes: bytes of one ``fs.read_file`` reply's content (JSON-encoded).
+        max_line_bytes: bytes of one line in a reply; longer lines are cut with a marker.
+        max_diff_bytes: bytes of an edit's unified diff; a larger diff is refused.
+        max_list_entries: entries of one ``fs.list`` reply (at most 256).
+    """
+
+    root: Path
+    project: str
+    subjects: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()
+    max_file_bytes: int = 8 * MiB  # bytes
+    page_bytes: int = 64_000  # bytes
+    max_line_bytes: int = 4096  # bytes
+    max_diff_bytes: int = 128 * 1024  # bytes
+    max_list_entries: int = 256  # entries
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+        for name in ("max_file_bytes", "page_bytes", "max_line_bytes", "max_diff_bytes", "max_list_entries"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"WorkspaceGrant.{name} must be a positive int, got {value!r}")
+        if self.max_list_entries > 256:
+            raise ValueError("WorkspaceGrant.max_list_entries is at most 256 (the schema subset's maxItems)")
+        if self.page_bytes > 128 * 1024:
+            raise ValueError("WorkspaceGrant.page_bytes must leave room under the 256 KiB output ceiling")
+
+    def grants(self, project: str, subject: str) -> bool:
+        """Whether this grant is for (project, subject)."""
+        return project == self.project and (not self.subjects or subject in self.subjects)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +151,9 @@ class HostConfig:
             secrets. For authors (the harness, ``stockade dev``, ``stockade call
             --debug``); off by default so a model never sees guest internals unless the
             host app asks.
+        workspaces: workspace roots granted to principals; with at least one, the
+            ``fs.*`` host tools are in the registry (:mod:`host.tools`). A principal
+            gets the first grant that matches it.
     """
 
     state_dir: Path
@@ -118,10 +172,12 @@ class HostConfig:
     artifact_cache_dir: Path | None = None
     artifact_cache_max_bytes: int = 4 * 1024**3  # bytes; a Python plugin's artifact is ~40 MB
     debug_guest_errors: bool = False
+    workspaces: tuple[WorkspaceGrant, ...] = ()
 
     def __post_init__(self) -> None:
         # Accept str at run time for convenience; the field is always a Path afterwards.
         object.__setattr__(self, "state_dir", Path(self.state_dir))
+        object.__setattr__(self, "workspaces", tuple(self.workspaces))
         if self.audit_durability not in ("full", "flush"):
             raise ValueError(f"audit_durability must be 'full' or 'flush', got {self.audit_durability!r}")
         for name in ("audit_flush_interval_ms", "audit_checkpoint_every", "audit_checkpoint_interval_s"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -79,10 +80,13 @@ from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
 from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
+from host.runtime.models import SandboxUsage
 from host.schema import canonicalize
 from host.secrets import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
+from host.tools import host_tools_for
+from host.tools.base import HostToolSet, stale
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
 
@@ -115,6 +119,7 @@ class Host:
         transport_factory: TransportFactory | None,
         owns_store: bool,
         mcp_sources: Mapping[str, McpSource] | None = None,
+        host_tools: HostToolSet | None = None,
     ) -> None:
         """:meta private:"""
         self.config = config
@@ -138,6 +143,7 @@ class Host:
         self._refused = functools.partial(refuse, store.audit, debug_guest_errors=config.debug_guest_errors)
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
         self._mcp = dict(mcp_sources or {})
+        self._host_tools = host_tools  # host.tools: the fs.* tools when a workspace is granted
         self._gate = CallGate()  # a generation swap (host.reload) happens between calls
         self._reopen: Reopener | None = None
         self._follower: GenerationFollower | None = None
@@ -218,12 +224,17 @@ class Host:
         # audit writer or state-dir lock open, so the same process can fetch and open again.
         owns_store = store is None or own_store
         state = store if store is not None else local_store(config, audit)
+        host_tools: HostToolSet | None = None
         try:
+            audit_path = [Path(audit)] if isinstance(audit, (str, Path)) else []
+            host_tools = host_tools_for(config, protected=[Path(lock), *audit_path])
             generation = load_generation(
                 loaded, pinned, config=config, state=state, secrets=secrets, progress=progress,
-                unsafe_accept_rollback=unsafe_accept_rollback, resolver=resolver,
+                unsafe_accept_rollback=unsafe_accept_rollback, resolver=resolver, host_tools=host_tools,
             )  # fmt: skip
         except BaseException:
+            if host_tools is not None:
+                host_tools.close()
             if owns_store:
                 state.close()
             raise
@@ -244,6 +255,7 @@ class Host:
             transport_factory=transport_factory,
             owns_store=owns_store,
             mcp_sources=generation.sources,
+            host_tools=host_tools,
         )
         host._reopen = Reopener(Path(lock), {
             "config": config, "secrets": secrets, "policy": policy, "store": state, "tool_policy": tool_store,
@@ -260,7 +272,7 @@ class Host:
             RequestInvalid, ToolNotFound, PolicyDenied, PolicyUnavailable, InputInvalid.
         """
         self._check_open()
-        return prepare(
+        plan = prepare(
             request,
             registry=self.registry,
             engine=self._policy,
@@ -268,6 +280,11 @@ class Host:
             grants=self.grants,
             max_input_bytes=self.config.ceilings.max_input_bytes,
         )
+        if self._host_tools is not None:  # a host tool's effect is bound into its digest
+            tool = self.registry.get(plan.tool, plan.version)
+            if self._host_tools.owns(tool):
+                plan = self._host_tools.bind(plan, tool)
+        return plan
 
     def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
         """Issue a single-use approval for exactly this plan's action, principal and session.
@@ -325,6 +342,8 @@ class Host:
         """
         try:
             current = self.prepare(plan.request)
+            if current.action_digest != plan.action_digest and plan.effect is not None:
+                raise stale(plan.tool)  # a host tool's target changed since it was prepared
             if current.action_digest != plan.action_digest:
                 raise ApprovalRequired("the action changed since it was prepared; prepare it again")
         except StockadeError as exc:
@@ -438,6 +457,11 @@ class Host:
         if cancel is not None and cancel.is_set():
             raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
         report("sandbox_started", {"tool": tool.name})
+        if self._host_tools is not None and self._host_tools.owns(tool):
+            ran = self._host_tools.invoke(call.plan, tool)
+            call.outcome = ran.record
+            wall_ms = (time.monotonic() - call.started) * 1000
+            return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))
         if (source := self._mcp.get(tool.binding.package)) is not None:
             timeout_s = limits.timeout_ms / 1000
             return mcp_hosting.invoke(
@@ -477,6 +501,8 @@ class Host:
             "usage": usage.to_dict(),
             "http": http_records(egress),
         }
+        if call.outcome:
+            record["outcome"] = dict(call.outcome)
         digest = call.plan.action_digest
         try:
             audit_id = self._audit.append("call.outcome", record)
@@ -575,6 +601,8 @@ class Host:
             for source in self._mcp.values():
                 source.close()
             self._runtime.close()
+            if self._host_tools is not None:
+                self._host_tools.close()
             if self._owns_store:
                 self.store.close()
 
@@ -587,7 +615,9 @@ class Host:
         self.close()
 
 
-_GENERATION_FIELDS: Final = ("registry", "generation", "_packages", "_runtime", "_mcp", "_limits_by_tool")
+_GENERATION_FIELDS: Final = (
+    "registry", "generation", "_packages", "_runtime", "_mcp", "_limits_by_tool", "_host_tools",
+)
 """What one lock generation consists of in a Host (swapped as a whole by :meth:`Host._adopt`)."""
 
 
@@ -600,6 +630,7 @@ class _Admitted:
     started: float  # time.monotonic() when step 7 began
     staged: Mapping[str, SecretValue] = field(default_factory=dict)
     redactor: Redactor = NO_REDACTION
+    outcome: Mapping[str, Any] | None = None  # a host tool's audit outcome fields
 
 
 def _open_state_dir(state_dir: Path) -> None:

@@ -16,6 +16,14 @@ One place for what every host command would otherwise repeat (issue 13, item 1; 
     audit = ".stockade/audit.log"            # default: <state_dir>/audit.log
     admin_policy_dir = "/etc/stockade/admin" # managed cap (cap.json); optional
 
+    [[workspace]]                            # optional, repeatable: fs.* host tools (host.tools)
+    root = "/srv/projects/p"                 # the directory granted; opened as an fd at Host.open
+    project = "p"                            # for this project's principals ...
+    subjects = ["alice"]                     # ... only these (omitted: every subject)
+    deny = ["secrets", "*.pem"]              # globs refused for reads and writes, hidden from fs.list
+    protected = ["vendor"]                   # refused for writes (.git and Stockade's files always are)
+    max_file_bytes = 8388608                 # bytes; larger files are refused unread
+
 Rules (fail closed): every key is optional, unknown keys and wrong types are errors
 (:class:`~host.errors.ConfigInvalid` listing every problem); relative paths are relative
 to the directory holding the file, ``~`` is expanded. Options given on a command line win
@@ -97,6 +105,7 @@ class HostFile:
     store: str | None = None
     audit: Path | None = None
     admin_policy_dir: Path | None = None
+    workspaces: tuple[Mapping[str, Any], ...] = ()  # [[workspace]] tables, checked, root absolute
 
 
 def find_host_file(
@@ -153,6 +162,7 @@ def load_host_file(path: Path) -> HostFile:
         raise ConfigInvalid(f"host config file {path} is not valid TOML: {exc}", file=str(path)) from None
     problems: list[dict[str, str]] = []
     values = _check(document, problems)
+    workspaces = _check_workspaces(document.get("workspace", []), problems)
     if problems:
         summary = "; ".join(f"{p['loc']}: {p['msg']}" for p in problems[:5])
         raise ConfigInvalid(
@@ -162,7 +172,51 @@ def load_host_file(path: Path) -> HostFile:
     resolved: dict[str, Any] = {
         key: (base / Path(value).expanduser()) if key in _PATHS else value for key, value in values.items()
     }
-    return HostFile(path=path, **resolved)
+    rooted = tuple({**w, "root": base / Path(w["root"]).expanduser()} for w in workspaces)
+    return HostFile(path=path, **resolved, workspaces=rooted)
+
+
+_WORKSPACE_LISTS: Final = ("subjects", "deny", "protected")
+_WORKSPACE_INTS: Final = (
+    "max_file_bytes", "page_bytes", "max_line_bytes", "max_diff_bytes", "max_list_entries",
+)
+
+
+def _check_workspaces(tables: object, problems: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """``[[workspace]]`` tables: ``root`` and ``project`` required; lists of strings; positive ints."""
+    if not isinstance(tables, list):
+        problems.append({"loc": "workspace", "msg": "must be an array of tables ([[workspace]])"})
+        return []
+    checked: list[dict[str, Any]] = []
+    for index, table in enumerate(tables):
+        loc = f"workspace.{index}"
+        if not isinstance(table, dict):
+            problems.append({"loc": loc, "msg": "must be a table"})
+            continue
+        entry: dict[str, Any] = {}
+        for key in ("root", "project"):
+            value = table.get(key)
+            if not isinstance(value, str) or not value or "\x00" in value:
+                problems.append({"loc": f"{loc}.{key}", "msg": "is required: a non-empty string"})
+            else:
+                entry[key] = value
+        for key, value in table.items():
+            if key in ("root", "project"):
+                continue
+            if key in _WORKSPACE_LISTS:
+                if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                    problems.append({"loc": f"{loc}.{key}", "msg": "must be a list of non-empty strings"})
+                else:
+                    entry[key] = tuple(value)
+            elif key in _WORKSPACE_INTS:
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    problems.append({"loc": f"{loc}.{key}", "msg": "must be a positive integer"})
+                else:
+                    entry[key] = value
+            else:
+                problems.append({"loc": f"{loc}.{key}", "msg": "unknown key"})
+        checked.append(entry)
+    return checked
 
 
 def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[str, Any]:
@@ -170,7 +224,7 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
         problems.append(
             {"loc": "format", "msg": f"must be {HOST_FILE_FORMAT!r}, got {document.get('format')!r}"}
         )
-    for key in sorted(set(document) - {"format", "host"}):
+    for key in sorted(set(document) - {"format", "host", "workspace"}):
         problems.append({"loc": key, "msg": "unknown key"})
     table = document.get("host", {})
     if not isinstance(table, dict):

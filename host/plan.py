@@ -199,10 +199,12 @@ class Preview:
     hosts: tuple[str, ...]
     secrets: tuple[str, ...]
     action_digest: str
+    detail: str | None = None  # a host tool's prepared effect, e.g. an edit's diff (escaped)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
+        """JSON-able form (``diff`` only when the tool prepared one)."""
+        extra = {} if self.detail is None else {"diff": self.detail}
+        return extra | {
             "tool": self.tool,
             "version": self.version,
             "package": self.package,
@@ -227,6 +229,7 @@ class Preview:
             f"may reach       {', '.join(self.hosts) or '(no network)'}",
             f"secrets         {', '.join(self.secrets) or '-'}",
             f"action digest   {self.action_digest}",
+            *([] if self.detail is None else ["change", *self.detail.splitlines()]),
         ]
 
     def __str__(self) -> str:
@@ -251,6 +254,7 @@ class InvocationPlan:
     action_digest: str
     fence: Fence
     preview: Preview
+    effect: Mapping[str, Any] | None = None  # a host tool's prepared effect (host.tools)
 
 
 def action_digest(principal: Principal, tool: ToolDefinition, input_sha256: str) -> str:

@@ -705,7 +705,8 @@ def _preview_message(host: Host, plan: InvocationPlan) -> str:
         f"secrets: {', '.join(p.secrets) or '-'}",
         f"action digest: {p.action_digest}",
     ]
-    return "\n".join([*(escape_unsafe(line) for line in lines), f"input: {_input_summary(host, plan)}"])
+    change = [] if p.detail is None else ["change (the exact diff this approval covers):", p.detail]
+    return "\n".join([*(escape_unsafe(line) for line in lines), f"input: {_input_summary(host, plan)}", *change])
 
 
 def _full_input(host: Host, plan: InvocationPlan) -> str:

@@ -441,10 +441,11 @@ def verified_lock(
 
 
 def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
-    from host.config import HostConfig
+    from host.config import HostConfig, WorkspaceGrant
     from host.runtime.cache import user_artifact_dir
 
     settings = getattr(args, "host_file", None)
+    workspaces = tuple(WorkspaceGrant(**w) for w in settings.workspaces) if settings is not None else ()
     return HostConfig(
         state_dir=root,
         require_signatures=bool(args.require_signatures),
@@ -454,6 +455,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)
         debug_guest_errors=bool(getattr(args, "debug", False)),  # --debug: guest tracebacks
         admin_policy_dir=settings.admin_policy_dir if settings is not None else None,
+        workspaces=workspaces,  # [[workspace]] of the host config file: the fs.* host tools
     )
 
 

@@ -121,8 +121,21 @@ def line_for(record: dict[str, Any]) -> str:
         code,
         duration,
         ",".join(hosts) or "-",
+        *_change(record),
     )
     return safe_text("  ".join(fields))
+
+
+def _change(record: dict[str, Any]) -> tuple[str, ...]:
+    """A host tool's file change: its path and ``+added/−removed`` (outcome) or the path (intent)."""
+    outcome = record.get("outcome")
+    if isinstance(outcome, dict) and "path" in outcome:
+        added, removed = outcome.get("lines_added", 0), outcome.get("lines_removed", 0)
+        return (f"{outcome['path']} +{added}/\u2212{removed}",)
+    change = record.get("change")
+    if isinstance(change, dict) and "path" in change:
+        return (str(change["path"]),)
+    return ()
 
 
 def _records(handle: IO[bytes], lines: list[int], bad: list[int]) -> Iterator[dict[str, Any]]:

@@ -35,6 +35,7 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from host import FilePolicyEngine, Host, HostConfig
+from host.config import WorkspaceGrant
 from host.runtime import ProgressEvent
 from sdk.build import BuildError, BuildResult
 from sdk.demo.present import Screen, mask
@@ -199,6 +200,7 @@ def _open_host(
         trusted_keys_file=ws.keys,
         extra_ca_file=ca.ca_file,
         unsafe_allow_loopback=True,
+        workspaces=(WorkspaceGrant(root=ws.project, project=PRINCIPAL.project),),  # the fs.* host tools
     )
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=screen.console) as bar:

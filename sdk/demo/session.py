@@ -66,6 +66,7 @@ class Session:
         steps: Sequence[tuple[str, Callable[[], None]]] = (
             ("1 tool list", self.step_tools), ("2 allowed read", self.step_read),
             ("3 invalid input", self.step_invalid), ("4 write needs approval", self.step_write),
+            ("4b file edit shows its diff", self.step_edit),
             ("5 hostile bundle", self.step_hostile), ("6 lock upgrade diff", self.step_diff),
             ("7 audit log verified", self.step_audit),
         )
@@ -233,6 +234,32 @@ class Session:
         self.screen.result(f"{name} (replayed approval)", replay)
         ok = self._code(replay) == "APPROVAL_INVALID" and len(self.server.seen) == before + len(posted)
         self._record("4 approval replay", "APPROVAL_INVALID; nothing sent", self._code(replay), ok)
+
+    def step_edit(self) -> None:
+        """Step 4b: the agent edits a project file; the person sees the exact diff first."""
+        self.screen.step("4b", "An agent edits a project file: the person sees the diff before it is written")
+        target = self.workspace.project / "service.toml"
+        before = target.read_bytes()
+        value = {"path": "service.toml", "old_text": "debug = true", "new_text": "debug = false"}
+        self.screen.proposal("model", f"fs.edit_file {_brief(value)}")
+        plan = self.host.prepare(self._request("fs.edit_file", value))
+        self._show_preview(plan.preview)
+        self.screen.panel("The change this approval covers (its sha256 is in the action digest)",
+                          Text(plan.preview.detail or ""), style="yellow")
+        untouched = target.read_bytes() == before
+        if not self._approve():
+            result = self.host.execute(plan, None)
+            self._remember(result)
+            ok = self._code(result) == "APPROVAL_REQUIRED" and target.read_bytes() == before
+            self._record("4b file edit shows its diff", "diff shown; nothing written unless approved",
+                         "declined by you: nothing written", ok)
+            return
+        result = self.host.execute(plan, self.host.approve(plan))
+        self._remember(result)
+        self.screen.result("fs.edit_file (approved)", result)
+        ok = untouched and result.ok and target.read_text().count("debug = false") == 1
+        self._record("4b file edit shows its diff", "diff shown, nothing written before the yes → ok",
+                     f"untouched while asked: {untouched} → {self._code(result)}", ok)
 
     def _show_preview(self, preview: Preview) -> None:
         self.screen.table("What the person is asked to approve (no input values, no secrets)",

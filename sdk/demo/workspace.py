@@ -119,9 +119,17 @@ class Workspace:
         """The demo CA and server certificate."""
         return self.root / "tls"
 
+    @property
+    def project(self) -> Path:
+        """The project directory granted to the agent as its workspace (``fs.*`` tools)."""
+        return self.root / "project"
+
     def create(self) -> None:
         """Make the directories and link the persistent artifact cache into the state dir."""
         self.bundles.mkdir(parents=True, exist_ok=True)
+        self.project.mkdir(parents=True, exist_ok=True)
+        service = '[service]\nname = "tracker-sync"\ndebug = true\nworkers = 4\n'
+        (self.project / "service.toml").write_text(service)
         self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
         artifacts = self.cache / "artifacts"
         artifacts.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -87,10 +87,17 @@ def test_demo_refusals_are_audited_with_their_codes(demo: DemoRun) -> None:
 def test_demo_approved_write_has_a_durable_intent_before_its_outcome(demo: DemoRun) -> None:
     records = demo.records()
     intents = [r for r in records if r["kind"] == "call.intent"]
-    assert [(r["tool"], r["effect"]) for r in intents] == [("tracker.create-issue", "write")]
+    assert [(r["tool"], r["effect"]) for r in intents] == [("tracker.create-issue", "write"), ("fs.edit_file", "write")]
     (done,) = [r for r in demo.outcomes("tracker.create-issue") if r["ok"]]
     assert intents[0]["seq"] < done["seq"] and intents[0]["action_digest"] == done["action_digest"]
     assert [(h["method"], h["status"]) for h in done["http"]] == [("POST", 201)]
+
+
+@pytest.mark.slow
+def test_demo_file_edit_is_approved_with_its_diff_then_written(demo: DemoRun) -> None:
+    assert "--- a/service.toml" in demo.output and "+debug = false" in demo.output
+    (edit,) = [r for r in demo.outcomes("fs.edit_file") if r["ok"]]
+    assert edit["outcome"]["lines_added"] == 1 and edit["outcome"]["lines_removed"] == 1
 
 
 @pytest.mark.slow
@@ -135,7 +142,7 @@ def test_demo_lock_upgrade_flagged_by_an_independent_diff(demo: DemoRun) -> None
 
 @pytest.mark.slow
 def test_demo_summary_and_no_secret_in_output(demo: DemoRun) -> None:
-    assert "all 13 steps behaved as expected" in demo.output
+    assert "all 14 steps behaved as expected" in demo.output
     assert "Bearer ****" + DEMO_TOKEN[-4:] in demo.output  # shown masked
     assert DEMO_TOKEN not in demo.output
     assert DEMO_TOKEN[:-4] not in demo.output  # not even the part the mask hides
