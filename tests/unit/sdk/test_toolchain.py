@@ -76,9 +76,7 @@ def test_named_toolchain_without_the_pins_is_refused_never_installed_into(
     named = tmp_path / "elsewhere"
     named.mkdir()
     monkeypatch.setenv("STOCKADE_JS_TOOLCHAIN", str(named))
-    with pytest.raises(
-        ToolchainError, match=r"STOCKADE_JS_TOOLCHAIN names .*componentize-js 0\.23\.0 is not installed"
-    ):
+    with pytest.raises(ToolchainError, match=r"STOCKADE_JS_TOOLCHAIN names .*componentize-js 0\.23\.0 is not installed"):
         toolchain.ensure_js_toolchain()
     assert list(named.iterdir()) == []
 
@@ -107,12 +105,10 @@ def test_failed_install_leaves_no_half_toolchain_for_a_later_build_to_trust(
     assert list((tmp_path / "cache" / "toolchain").iterdir()) == []
 
 
-def test_install_that_yields_other_versions_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_install_that_yields_other_versions_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # npm "succeeds" but the packages are not the pinned ones (a hijacked registry mirror).
     lines = [
-        f'mkdir -p node_modules/{name} && echo \'{{"version": "9.9.9"}}\' > node_modules/{name}/package.json'
+        f"mkdir -p node_modules/{name} && echo '{{\"version\": \"9.9.9\"}}' > node_modules/{name}/package.json"
         for name in toolchain.pinned_packages()
     ]
     _fake_npm(tmp_path / "bin", "\n".join(lines) + "\nexit 0\n")
