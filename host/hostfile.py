@@ -255,9 +255,32 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
     return values
 
 
+_TOML_ESCAPES: Final = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
 def _toml_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    """``value`` as a TOML basic string: every control character escaped (issue 34 item 6).
+
+    TOML forbids U+0000-U+001F and U+007F unescaped in a basic string, so a state
+    directory named ``$'st\\nate'`` must be written ``"st\\nate"``, never a raw newline.
+    """
+    out = []
+    for char in value:
+        if char in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 def render_host_file(

@@ -7,9 +7,12 @@ build
 
 1. refuses, from the lock alone and before anything is downloaded, a package npm marks
    ``hasInstallScript`` (an ``install``/``preinstall``/``postinstall`` script, or a
-   ``binding.gyp`` node-gyp would compile) and a ``file:``/link dependency (it would
-   point outside the staged copy);
-2. runs ``npm ci --ignore-scripts --omit=dev`` in the staged copy, which holds only
+   ``binding.gyp`` node-gyp would compile), a ``file:``/link dependency (it would
+   point outside the staged copy), a git dependency (``git+ssh://``, ``github:``: npm
+   would run the repository's ``prepare`` script to pack it), a package ``resolved``
+   outside the configured npm registry (an arbitrary tarball URL) and a package
+   without ``integrity`` (nothing would check what was downloaded) (issue 34 item 2);
+2. runs ``npm ci --ignore-scripts --allow-git=none --omit=dev`` in the staged copy, which holds only
    ``package.json``, the lock and the sources (the project's own ``node_modules`` and
    ``.npmrc`` are never used), so no package code runs at build time;
 3. refuses the result if any installed package holds a Node.js native addon (``*.node``,
@@ -37,13 +40,24 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from sdk._pydeps import DependencyError, DependencyRefused
 
-__all__ = ["LOCK_FILE", "PACKAGE_FILE", "install_js_dependencies", "needs_bundling", "package_files"]
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "LOCK_FILE",
+    "PACKAGE_FILE",
+    "check_lock",
+    "configured_registry",
+    "install_js_dependencies",
+    "needs_bundling",
+    "package_files",
+]
 
 PACKAGE_FILE: Final = "package.json"
 LOCK_FILE: Final = "package-lock.json"
@@ -53,6 +67,9 @@ _INSTALL_SCRIPTS: Final = ("preinstall", "install", "postinstall")
 _NATIVE_SUFFIXES: Final = (".node",)
 _NATIVE_NAMES: Final = frozenset({"binding.gyp"})
 _OUTPUT_TAIL: Final = 3000  # characters of npm's output kept in an error
+DEFAULT_REGISTRY: Final = "https://registry.npmjs.org/"
+REGISTRY_ENV: Final = "npm_config_registry"  # npm's own variable; also read as NPM_CONFIG_REGISTRY
+_GIT_PREFIXES: Final = ("git+", "git:", "github:", "gitlab:", "bitbucket:", "gist:")
 _LOCK_HINT: Final = (
     "run `npm install --package-lock-only --ignore-scripts` in the project and commit the lock"
 )
@@ -113,28 +130,90 @@ def needs_bundling(files: dict[str, bytes]) -> bool:
     return True
 
 
-def check_lock(data: bytes) -> None:
-    """Refuse a lock that would install a package with an install script, or a local one.
+def configured_registry() -> str:
+    """The npm registry a build installs from, ending in ``/``.
+
+    ``$npm_config_registry`` (or ``$NPM_CONFIG_REGISTRY``) when set, else what
+    ``npm config get registry`` answers outside any project (the user's and the global
+    ``.npmrc``; a project's own ``.npmrc`` is never used, as the build never stages
+    it), else npm's default registry.
+    """
+    for name in (REGISTRY_ENV, REGISTRY_ENV.upper()):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value if value.endswith("/") else value + "/"
+    npm = shutil.which("npm")
+    if npm is not None:
+        with tempfile.TemporaryDirectory(prefix="stockade-npmrc-") as neutral:
+            try:
+                proc = subprocess.run(
+                    [npm, "config", "get", "registry"], cwd=neutral, capture_output=True, text=True,
+                    timeout=60, check=False, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                proc = None
+        value = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+        if value.startswith(("https://", "http://")):
+            return value if value.endswith("/") else value + "/"
+    return DEFAULT_REGISTRY
+
+
+def _on_registry(resolved: str, registry: str) -> bool:
+    """Whether ``resolved`` is a URL under ``registry`` (same scheme, host and port, path below)."""
+    got, want = urlsplit(resolved), urlsplit(registry)
+    return (
+        got.scheme == want.scheme
+        and got.netloc.lower() == want.netloc.lower()
+        and "@" not in got.netloc
+        and got.path.startswith(want.path)
+        and not got.query
+        and not got.fragment
+    )
+
+
+def check_lock(data: bytes, registry: str | None = None) -> None:
+    """Refuse a lock that would install anything but plain, pinned registry packages.
 
     Only what ``npm ci --omit=dev`` installs is checked (entries marked ``dev`` are not).
+    Refused, each with its own message: a package with an install script, a local
+    (``file:``/link) package, a git dependency, a package ``resolved`` outside
+    ``registry`` (default :func:`configured_registry`), and a package without
+    ``integrity``. A package bundled inside another (``inBundle``) is covered by its
+    parent's tarball and integrity.
 
     Raises:
         DependencyError: the lock is not JSON or predates lockfileVersion 2.
-        DependencyRefused: the packages with install scripts, or the local packages, named.
+        DependencyRefused: the offending packages, named.
     """
     lock = _json(LOCK_FILE, data)
     packages = lock.get("packages")
     if not isinstance(packages, dict) or lock.get("lockfileVersion") not in (2, 3):
         raise DependencyError(f"{LOCK_FILE} must be lockfileVersion 2 or 3 (npm >= 7); {_LOCK_HINT}")
-    scripted, local = [], []
+    scripted, local, git, off_registry, unpinned = [], [], [], [], []
+    where = registry
     for key, entry in sorted(packages.items()):
         if not key or not isinstance(entry, dict) or entry.get("dev") is True:
             continue
         name = key.rsplit("node_modules/", 1)[-1]
+        resolved = entry.get("resolved")
+        resolved = resolved if isinstance(resolved, str) else ""
         if entry.get("hasInstallScript") is True:
             scripted.append(f"{name}@{entry.get('version', '?')}")
-        if entry.get("link") is True or str(entry.get("resolved", "")).startswith("file:"):
+        if entry.get("link") is True or resolved.startswith("file:"):
             local.append(name)
+            continue
+        if entry.get("inBundle") is True:
+            continue
+        if resolved.startswith(_GIT_PREFIXES) or resolved.endswith(".git") or "gitHead" in entry:
+            git.append(f"{name} ({resolved or 'git'})")
+            continue
+        if resolved:
+            where = where or configured_registry()
+            if not _on_registry(resolved, where):
+                off_registry.append(f"{name} ({resolved})")
+        integrity = entry.get("integrity")
+        if not isinstance(integrity, str) or not integrity.strip():
+            unpinned.append(name)
     if scripted:
         raise DependencyRefused(
             f"{LOCK_FILE}: {', '.join(scripted)} need{'s' if len(scripted) == 1 else ''} an install script "
@@ -146,6 +225,26 @@ def check_lock(data: bytes) -> None:
         raise DependencyRefused(
             f"{LOCK_FILE}: {', '.join(local)} {what} (file: or a link); the build installs only "
             "from the registry the lock records: publish it, or copy its sources into the plugin"
+        )
+    if git:
+        what = "is a git dependency" if len(git) == 1 else "are git dependencies"
+        raise DependencyRefused(
+            f"{LOCK_FILE}: {', '.join(git)} {what}; the build installs only packages published to the "
+            "npm registry (npm would run a git package's prepare script to pack it, and a git ref has "
+            "no integrity): depend on a published version"
+        )
+    if off_registry:
+        what = "is" if len(off_registry) == 1 else "are"
+        raise DependencyRefused(
+            f"{LOCK_FILE}: {', '.join(off_registry)} {what} resolved outside the configured npm registry "
+            f"{where}; the build installs only from that registry: depend on a published version "
+            f"(or set ${REGISTRY_ENV} to the registry the lock was written against)"
+        )
+    if unpinned:
+        what = "has" if len(unpinned) == 1 else "have"
+        raise DependencyRefused(
+            f"{LOCK_FILE}: {', '.join(unpinned)} {what} no integrity hash, so nothing would check what npm "
+            f"downloads; {_LOCK_HINT}"
         )
 
 
@@ -162,7 +261,9 @@ def install_js_dependencies(stage: Path, report: Callable[[str, float], None]) -
     """Install the locked dependencies into ``stage/node_modules`` and refuse native ones.
 
     ``stage`` holds ``package.json`` and ``package-lock.json`` (checked by
-    :func:`needs_bundling`). npm runs with ``--ignore-scripts``: no package code runs.
+    :func:`needs_bundling`). npm runs with ``--ignore-scripts`` (no package code runs) and
+    ``--allow-git=none`` (npm fetches no git dependency: a second fence behind the lock check; an npm
+    too old to know the option warns about it, and the lock check alone holds).
 
     Raises:
         DependencyError: npm is missing or failed (the lock out of step with
@@ -170,8 +271,8 @@ def install_js_dependencies(stage: Path, report: Callable[[str, float], None]) -
         DependencyRefused: an installed package holds a native addon or an install script.
     """
     argv = [
-        _npm(), "ci", "--ignore-scripts", "--omit=dev", "--no-audit", "--no-fund", "--prefer-offline",
-        "--no-update-notifier",
+        _npm(), "ci", "--ignore-scripts", "--allow-git=none", "--omit=dev", "--no-audit", "--no-fund",
+        "--prefer-offline", "--no-update-notifier",
     ]  # fmt: skip
     report("installing npm dependencies (npm ci --ignore-scripts)", 0.07)
     env = {**os.environ, "npm_config_ignore_scripts": "true"}

@@ -34,9 +34,13 @@ from host.lock import KEYS_FORMAT, MAX_MODULE_BYTES, TrustedKeys, key_id_for, st
 from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
 
 __all__ = [
+    "MIN_PASSPHRASE_CHARS",
     "Bundle",
+    "KeyPassphraseRequired",
+    "KeyPassphraseWrong",
     "add_trusted_key",
     "generate_keypair",
+    "is_encrypted_pem",
     "load_private_key",
     "public_key_of",
     "read_bundle",
@@ -94,26 +98,62 @@ def read_bundle(directory: Path, *, ceilings: Ceilings = DEFAULT_CEILINGS) -> Bu
     )
 
 
-def generate_keypair() -> tuple[bytes, bytes]:
+class KeyPassphraseRequired(ValueError):
+    """The private key is passphrase-encrypted and no passphrase was given."""
+
+
+class KeyPassphraseWrong(ValueError):
+    """The passphrase does not decrypt the private key."""
+
+
+MIN_PASSPHRASE_CHARS = 8  # a shorter passphrase is refused when a key is made
+
+
+def generate_keypair(passphrase: bytes | None = None) -> tuple[bytes, bytes]:
     """Make a new Ed25519 signing key.
 
+    Args:
+        passphrase: when given, the PEM is encrypted with it (``cryptography``'s
+            ``BestAvailableEncryption``: PKCS#8 ``ENCRYPTED PRIVATE KEY``, PBES2 with
+            scrypt or PBKDF2 and AES-256-CBC, as the linked OpenSSL chooses).
+
+    Raises:
+        ValueError: the passphrase is shorter than :data:`MIN_PASSPHRASE_CHARS`.
+
     Returns:
-        ``(private_pem, public_raw)``: the private key as unencrypted PKCS#8 PEM (store it
-        with mode 0600) and the raw 32-byte public key (for the trusted keys file).
+        ``(private_pem, public_raw)``: the private key as PKCS#8 PEM, encrypted when a
+        passphrase is given (store it with mode 0600), and the raw 32-byte public key
+        (for the trusted keys file).
     """
+    if passphrase is not None and len(passphrase) < MIN_PASSPHRASE_CHARS:
+        raise ValueError(f"the passphrase must have at least {MIN_PASSPHRASE_CHARS} characters")
     private = Ed25519PrivateKey.generate()
-    pem = private.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase)
+        if passphrase is not None
+        else serialization.NoEncryption()
     )
+    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
     public = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return pem, public
 
 
-def load_private_key(key: bytes | Ed25519PrivateKey) -> Ed25519PrivateKey:
-    """Accept an Ed25519 key as an object, PKCS#8 PEM bytes or 32 raw bytes.
+def is_encrypted_pem(key: bytes) -> bool:
+    """Whether ``key`` is a passphrase-encrypted PEM private key (PKCS#8 or legacy OpenSSL)."""
+    return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in key or b"Proc-Type: 4,ENCRYPTED" in key
+
+
+def load_private_key(key: bytes | Ed25519PrivateKey, passphrase: bytes | None = None) -> Ed25519PrivateKey:
+    """Accept an Ed25519 key as an object, PKCS#8 PEM bytes (plain or encrypted) or 32 raw bytes.
+
+    Args:
+        key: the key.
+        passphrase: decrypts an encrypted PEM; ignored for an unencrypted key.
 
     Raises:
-        ValueError: not an unencrypted Ed25519 private key.
+        KeyPassphraseRequired: the PEM is encrypted and ``passphrase`` is None.
+        KeyPassphraseWrong: the passphrase does not decrypt it.
+        ValueError: not an Ed25519 private key.
 
     Returns:
         The key.
@@ -122,7 +162,16 @@ def load_private_key(key: bytes | Ed25519PrivateKey) -> Ed25519PrivateKey:
         return key
     if len(key) == 32:
         return Ed25519PrivateKey.from_private_bytes(key)
-    loaded = serialization.load_pem_private_key(key, password=None)
+    if is_encrypted_pem(key):
+        if passphrase is None:
+            raise KeyPassphraseRequired("the signing key is encrypted and no passphrase was given")
+        try:
+            loaded = serialization.load_pem_private_key(key, password=passphrase)
+        except ValueError:
+            # cryptography says "Bad decrypt. Incorrect password?"; a damaged file says the same.
+            raise KeyPassphraseWrong("the passphrase does not decrypt the signing key") from None
+    else:
+        loaded = serialization.load_pem_private_key(key, password=None)
     if not isinstance(loaded, Ed25519PrivateKey):
         raise ValueError("the signing key must be an Ed25519 private key")
     return loaded
@@ -177,7 +226,7 @@ def public_key_of(private_key: bytes | Ed25519PrivateKey) -> bytes:
     """The raw 32-byte public key of an Ed25519 private key (object, PEM or raw bytes).
 
     Raises:
-        ValueError: not an unencrypted Ed25519 private key.
+        ValueError: not an Ed25519 private key (an encrypted PEM: decrypt it first).
     """
     key = load_private_key(private_key)
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

@@ -4,11 +4,13 @@ JavaScript plugins are built with componentize-js, which runs on Node.js and com
 npm; esbuild (its platform binary an optional dependency in the lock) bundles a plugin's
 npm dependencies (:mod:`sdk._jsdeps`). Its exact versions are pinned by ``sdk/toolchain/package.json`` and
 ``package-lock.json`` (shipped in the wheel, identical to the repository's), and the
-toolchain is installed with ``npm ci --ignore-scripts`` into
+toolchain is installed with ``npm ci --ignore-scripts --omit=dev --allow-git=none`` into
 
     <cache root>/toolchain/js-<first 16 hex of sha256(package-lock.json)>/node_modules
 
-(cache root: :func:`sdk._cachedir.cache_root`), so a build never depends on a source
+(cache root: :func:`sdk._cachedir.cache_root`). ``--omit=dev`` leaves out the
+``devDependencies`` only the repository's tests use (``@modelcontextprotocol/sdk`` and its
+transitive packages, issue 34 item 2), so a build never depends on a source
 checkout's ``node_modules``. ``$STOCKADE_JS_TOOLCHAIN`` names another directory holding
 a ``node_modules`` with the pinned versions (tests point it at a checkout to avoid a
 download); such a directory is checked, never installed into.
@@ -133,9 +135,10 @@ def _npm() -> str:
 def install_js_toolchain(root: Path | None = None, *, report: Report | None = None) -> JsToolchain:
     """Install the pinned toolchain into ``root`` (default :func:`js_toolchain_dir`).
 
-    Runs ``npm ci --ignore-scripts`` (no package of the toolchain needs an install
-    script) in a temporary directory beside ``root``, checks every pinned version, then
-    renames it into place. An already complete toolchain is left alone.
+    Runs ``npm ci --ignore-scripts --omit=dev --allow-git=none`` (no package of the
+    toolchain needs an install script; the test-only devDependencies are not installed)
+    in a temporary directory beside ``root``, checks every pinned version, then renames
+    it into place. An already complete toolchain is left alone.
 
     Raises:
         ToolchainError: npm is missing, failed, or installed other versions than pinned.
@@ -153,7 +156,10 @@ def install_js_toolchain(root: Path | None = None, *, report: Report | None = No
     try:
         for name in ("package.json", "package-lock.json"):
             shutil.copyfile(PINS_DIR / name, work / name)
-        argv = [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"]
+        argv = [
+            npm, "ci", "--ignore-scripts", "--omit=dev", "--allow-git=none", "--no-audit", "--no-fund",
+            "--prefer-offline",
+        ]  # fmt: skip
         _run_npm(argv, work, progress)
         problems = toolchain_problems(work)
         if problems:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 _SCRUBBED_PREFIXES = ("STOCKADE_",)
 _SCRUBBED_NAMES = {
@@ -23,6 +24,27 @@ _SCRUBBED_NAMES = {
 
 
 _REPO = Path(__file__).resolve().parents[1]
+
+# Hypothesis (issue 34 item 6): the `ci` profile is deterministic, so a failure in CI is
+# replayed by running the same test again: derandomize fixes the seed (derived from each
+# test), print_blob prints the @reproduce_failure line, no example database carries state
+# between runs, and no deadline makes a loaded 2-core runner fail a test. It is loaded when
+# $CI is set (.ci/run runs with CI=true) or HYPOTHESIS_PROFILE=ci; elsewhere `dev` is
+# Hypothesis' default (random seed, printed on failure: replay with --hypothesis-seed=N).
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, print_blob=True, database=None, deadline=None, suppress_health_check=[]
+)
+hypothesis_settings.register_profile("dev")
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+hypothesis_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which Hypothesis profile runs (and so how to replay a failure)."""
+    del config
+    if HYPOTHESIS_PROFILE == "ci":
+        return "hypothesis profile: ci (derandomize=True: fixed seed per test; rerun the test to replay)"
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (random seed, printed on failure; HYPOTHESIS_PROFILE=ci fixes it)"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -36,6 +36,10 @@ Under CPython's GIL the window is narrow (the race was not observed in 800 000 l
 from 8 threads with a 1 µs switch interval); it is wide open on a free-threaded build.
 ``tests/unit/host/runtime/test_concurrency.py`` checks the repair is installed and
 stresses concurrent ``http-request`` results.
+
+Upstream: the race is bytecodealliance/wasmtime-py#254 (open). Neither repair has been
+offered upstream yet (this project's machines reach package registries only); how a
+wasmtime upgrade re-checks both guards: docs/wasmtime-upgrade.md.
 """
 
 from __future__ import annotations

@@ -23,10 +23,12 @@ import json
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from host.files import create_exclusive
 from sdk.commands._common import EXIT_OK, CommandFailed, print_json, verified_lock
+
+if TYPE_CHECKING:
+    from host.hostfile import HostFile
 
 
 def register(sub: Any) -> None:
@@ -80,7 +82,7 @@ def _relative(value: str, base: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Write the config file, the policy file and the key; print the next commands."""
-    from host.hostfile import CONFIG_ENV, FILE_NAME, load_host_file, render_host_file
+    from host.hostfile import CONFIG_ENV, FILE_NAME, render_host_file
 
     target = Path(args.config or os.environ.get(CONFIG_ENV) or FILE_NAME).expanduser().absolute()
     if target.exists():
@@ -105,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
         require_signatures=bool(keys) and not args.allow_unsigned,
         unsafe_allow_unsigned=bool(keys) and args.allow_unsigned,
     )
-    base.mkdir(parents=True, exist_ok=True)
-    create_exclusive(target, text.encode("utf-8"), mode=0o600)  # 0600 whatever the umask
-    settings = load_host_file(target)
+    settings = _write_config(target, text)
     state = settings.state_dir or base / ".stockade"
     created = _make_state(state)
     waived = bool(settings.unsafe_allow_unsigned)
@@ -129,6 +129,45 @@ def run(args: argparse.Namespace) -> int:
     for step in steps:
         print(f"  {step}")
     return EXIT_OK
+
+
+def _write_config(target: Path, text: str) -> HostFile:
+    """Create ``target`` holding ``text`` and read it back; never leave a broken file.
+
+    Paths are escaped by :func:`host.hostfile.render_host_file` (control characters
+    included, issue 34 item 6); the file appears whole (:func:`host.files.create_exclusive`)
+    and is removed again if it does not read back as a valid host config.
+
+    Raises:
+        CommandFailed: CONFIG_INVALID (a path that is not text, or a file that does not
+            read back), CONFIG_EXISTS (created meanwhile), CONFIG_UNWRITABLE.
+    """
+    from host.errors import ConfigInvalid
+    from host.files import create_exclusive
+    from host.hostfile import load_host_file
+
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CommandFailed(
+            "CONFIG_INVALID",
+            "a path given to init is not valid UTF-8 text; nothing was written",
+            hint="rename it, or pass a path a TOML file can hold",
+        ) from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        create_exclusive(target, data, mode=0o600)  # 0600 whatever the umask
+    except FileExistsError:
+        raise CommandFailed(
+            "CONFIG_EXISTS", f"{target} exists; refusing to overwrite a host config file"
+        ) from None
+    except OSError as exc:
+        raise CommandFailed("CONFIG_UNWRITABLE", f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        return load_host_file(target)
+    except ConfigInvalid as exc:
+        target.unlink(missing_ok=True)
+        raise CommandFailed("CONFIG_INVALID", f"{exc.message}; the file was removed again") from None
 
 
 def _make_state(state: Path) -> list[str]:

@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from host.errors import LockInvalid
 from host.files import read_regular
-from sdk.bundle import load_private_key, read_bundle, sign_package
+from sdk.bundle import KeyPassphraseWrong, is_encrypted_pem, load_private_key, read_bundle, sign_package
 from sdk.commands._common import EXIT_OK, CommandFailed, print_json, stderr_console
+from sdk.commands._passphrase import passphrase_for
 
 MAX_KEY_FILE_BYTES = 64 * 1024  # bytes; a PEM Ed25519 key is about 120
 
@@ -66,17 +67,29 @@ def read_key(path: Path) -> bytes:
 def load_key(path: Path) -> Ed25519PrivateKey:
     """Read and parse a private key file from ``stockade keygen``.
 
+    An encrypted key (``keygen --encrypt``) is decrypted with the passphrase from
+    :func:`sdk.commands._passphrase.passphrase_for` (a descriptor, the environment or a
+    prompt; never an argument).
+
     Raises:
-        CommandFailed: KEY_UNREADABLE, or KEY_INVALID when it is not an unencrypted
-            Ed25519 private key.
+        CommandFailed: KEY_UNREADABLE; KEY_INVALID when it is not an Ed25519 private key;
+            KEY_PASSPHRASE_REQUIRED / KEY_PASSPHRASE_WRONG for an encrypted key without a
+            passphrase or with one that does not decrypt it.
     """
     data = read_key(path)
+    passphrase = passphrase_for(path) if is_encrypted_pem(data) else None
     try:
-        return load_private_key(data)
+        return load_private_key(data, passphrase)
+    except KeyPassphraseWrong:
+        raise CommandFailed(
+            "KEY_PASSPHRASE_WRONG",
+            f"the passphrase does not decrypt {path}",
+            hint="check $STOCKADE_KEY_PASSPHRASE / $STOCKADE_KEY_PASSPHRASE_FD, or retype it at the prompt",
+        ) from None
     except (ValueError, TypeError, UnsupportedAlgorithm):
         raise CommandFailed(
             "KEY_INVALID",
-            f"{path} is not an unencrypted Ed25519 private key",
+            f"{path} is not an Ed25519 private key",
             hint="make one with `stockade keygen --out KEY.pem`",
         ) from None
 

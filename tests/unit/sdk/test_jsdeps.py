@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from sdk._jsdeps import check_lock, install_js_dependencies, needs_bundling, package_files, refuse_native
+from sdk._jsdeps import (
+    DEFAULT_REGISTRY,
+    check_lock,
+    configured_registry,
+    install_js_dependencies,
+    needs_bundling,
+    package_files,
+    refuse_native,
+)
 from sdk._pydeps import DependencyError, DependencyRefused
 from sdk.build import BuildError, build_project
 from tests.support.cli import REPO, cli_env, run_cli
@@ -69,8 +77,11 @@ def _integrity(data: bytes) -> str:
 
 
 @pytest.fixture
-def native_packages(tmp_path: Path) -> Iterator[tuple[LoopbackServer, Path]]:
-    """A loopback server with two native packages; the install script would write ``marker``."""
+def native_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LoopbackServer, Path]]:
+    """A loopback server with two native packages; the install script would write ``marker``.
+
+    The server is the configured npm registry (``$npm_config_registry``): the lock check
+    refuses a tarball resolved anywhere else."""
     marker = tmp_path / "install-script-ran"
     gyp = _tarball(
         "gyp-addon",
@@ -83,6 +94,7 @@ def native_packages(tmp_path: Path) -> Iterator[tuple[LoopbackServer, Path]]:
         "/prebuilt-addon-1.0.0.tgz": respond(200, prebuilt, [("Content-Type", "application/octet-stream")]),
     }
     with LoopbackServer(routes=routes) as server:
+        monkeypatch.setenv("npm_config_registry", server.url("/"))
         yield server, marker
 
 
@@ -287,3 +299,122 @@ def test_build_is_cached_by_source_and_lock_digest(tmp_path: Path, monkeypatch: 
     (copy / "package-lock.json").write_text(json.dumps(lock, indent=2))
     with pytest.raises(BuildError, match=r"(?s)npm ci could not install.*EINTEGRITY"):
         build_project(copy, out_dir=tmp_path / "out", cache_dir=cache)
+
+
+# Supply chain (issue 34 item 2): the lock may name only registry packages with integrity.
+_SHA = "sha512-" + "A" * 86 + "=="
+
+
+def _lock_with(entry: dict[str, object], name: str = "y") -> bytes:
+    return json.dumps(
+        {
+            "lockfileVersion": 3,
+            "packages": {
+                "": {"dependencies": {name: "*"}},
+                "node_modules/ok": {
+                    "version": "1.0.0",
+                    "resolved": "https://registry.npmjs.org/ok/-/ok-1.0.0.tgz",
+                    "integrity": _SHA,
+                },
+                f"node_modules/{name}": {"version": "1.0.0", **entry},
+            },
+        }
+    ).encode()
+
+
+def test_jsdeps_lock_with_git_dependency_refused() -> None:
+    lock = _lock_with(
+        {"resolved": "git+ssh://git@github.com/evil/y.git#0123456789abcdef0123456789abcdef01234567"}
+    )
+    with pytest.raises(
+        DependencyRefused, match=r"y \(git\+ssh://git@github\.com/evil/y\.git#0123.*\) is a git dependency"
+    ):
+        check_lock(lock, DEFAULT_REGISTRY)
+
+
+def test_jsdeps_lock_with_github_shorthand_dependency_refused() -> None:
+    with pytest.raises(DependencyRefused, match=r"is a git dependency"):
+        check_lock(_lock_with({"resolved": "github:evil/y#main", "integrity": _SHA}), DEFAULT_REGISTRY)
+
+
+def test_jsdeps_lock_with_off_registry_tarball_refused() -> None:
+    lock = _lock_with({"resolved": "https://evil.example/y-1.0.0.tgz", "integrity": _SHA})
+    with pytest.raises(
+        DependencyRefused,
+        match=r"y \(https://evil\.example/y-1\.0\.0\.tgz\) is resolved outside the configured npm registry "
+        r"https://registry\.npmjs\.org/",
+    ):
+        check_lock(lock, DEFAULT_REGISTRY)
+
+
+@pytest.mark.parametrize(
+    "resolved",
+    [
+        "https://registry.npmjs.org.evil.example/y/-/y-1.0.0.tgz",  # a look-alike host
+        "http://registry.npmjs.org/y/-/y-1.0.0.tgz",  # downgraded to plain HTTP
+        "https://registry.npmjs.org:8443/y/-/y-1.0.0.tgz",  # another port
+        "https://user@registry.npmjs.org/y/-/y-1.0.0.tgz",  # userinfo
+    ],
+    ids=["lookalike-host", "plain-http", "other-port", "userinfo"],
+)
+def test_jsdeps_lock_with_lookalike_registry_url_refused(resolved: str) -> None:
+    with pytest.raises(DependencyRefused, match=r"resolved outside the configured npm registry"):
+        check_lock(_lock_with({"resolved": resolved, "integrity": _SHA}), DEFAULT_REGISTRY)
+
+
+def test_jsdeps_lock_off_a_registry_path_prefix_refused() -> None:
+    mirror = "https://npm.corp.example/api/npm/"
+    ok = {"resolved": "https://npm.corp.example/api/npm/y/-/y-1.0.0.tgz", "integrity": _SHA}
+    check_lock(
+        _lock_with(ok).replace(b"https://registry.npmjs.org/ok", b"https://npm.corp.example/api/npm/ok"),
+        mirror,
+    )
+    with pytest.raises(DependencyRefused, match=r"resolved outside"):
+        check_lock(
+            _lock_with({"resolved": "https://npm.corp.example/other/y-1.0.0.tgz", "integrity": _SHA}), mirror
+        )
+
+
+def test_jsdeps_lock_entry_without_integrity_refused() -> None:
+    lock = _lock_with({"resolved": "https://registry.npmjs.org/y/-/y-1.0.0.tgz"})
+    with pytest.raises(DependencyRefused, match=r"package-lock\.json: y has no integrity hash"):
+        check_lock(lock, DEFAULT_REGISTRY)
+
+
+def test_jsdeps_lock_of_registry_packages_with_integrity_passes() -> None:
+    check_lock(
+        _lock_with({"resolved": "https://registry.npmjs.org/y/-/y-1.0.0.tgz", "integrity": _SHA}),
+        DEFAULT_REGISTRY,
+    )
+    # A dev-only git package is not installed (npm ci --omit=dev): not refused.
+    dev = {"resolved": "git+ssh://git@github.com/evil/y.git#0123", "dev": True}
+    check_lock(_lock_with(dev), DEFAULT_REGISTRY)
+
+
+def test_jsdeps_configured_registry_follows_npm_config_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:4873")
+    assert configured_registry() == "http://127.0.0.1:4873/"
+    with pytest.raises(
+        DependencyRefused, match=r"outside the configured npm registry http://127\.0\.0\.1:4873/"
+    ):
+        check_lock(_lock_with({"resolved": "https://registry.npmjs.org/y/-/y-1.0.0.tgz", "integrity": _SHA}))
+
+
+def test_jsdeps_npm_ci_runs_with_allow_git_none_and_ignore_scripts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The installed npm knows --allow-git (a second fence behind the lock check).
+    assert "allow-git" in subprocess.run(
+        ["npm", "help", "ci"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout.replace("\u2010", "-")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "npm"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "argv"}\nmkdir -p node_modules\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    install_js_dependencies(stage, _noop)
+    argv = (tmp_path / "argv").read_text().split()
+    assert argv[0] == "ci" and {"--ignore-scripts", "--allow-git=none", "--omit=dev"} <= set(argv)

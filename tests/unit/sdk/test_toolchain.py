@@ -136,3 +136,37 @@ def test_cli_status_and_install_against_a_named_toolchain(tmp_path: Path) -> Non
     install = run_cli("toolchain", "install", cwd=tmp_path, env=env)
     assert install.returncode == 1 and "TOOLCHAIN_FAILED" in install.stderr
     assert list(empty.iterdir()) == []  # a named toolchain is never installed into
+
+
+def test_user_toolchain_installs_no_test_only_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # @modelcontextprotocol/sdk (and its transitive packages) serve only the tests
+    # (tests/mcp/ts_client.mjs): a devDependency, which the per-user install omits.
+    root = json.loads((REPO / "package.json").read_text())
+    assert "@modelcontextprotocol/sdk" in root["devDependencies"]
+    assert "@modelcontextprotocol/sdk" not in toolchain.pinned_packages()
+    packages = json.loads((toolchain.PINS_DIR / "package-lock.json").read_text())["packages"]
+    assert packages["node_modules/@modelcontextprotocol/sdk"]["dev"] is True
+    lines = [
+        f'mkdir -p node_modules/{name} && echo \'{{"version": "{version}"}}\' > node_modules/{name}/package.json'
+        for name, version in toolchain.pinned_packages().items()
+    ]
+    _fake_npm(tmp_path / "bin", f'echo "$@" > {tmp_path / "argv"}\n' + "\n".join(lines) + "\nexit 0\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    toolchain.install_js_toolchain(tmp_path / "tc")
+    argv = (tmp_path / "argv").read_text().split()
+    assert argv[0] == "ci" and {"--omit=dev", "--ignore-scripts", "--allow-git=none"} <= set(argv)
+
+
+def test_toolchain_lock_names_only_registry_packages_with_integrity() -> None:
+    # What the plugin lock check demands (sdk/_jsdeps.py), for the toolchain's own lock
+    # (esbuild declares an install script, which --ignore-scripts never runs).
+    packages = json.loads((toolchain.PINS_DIR / "package-lock.json").read_text())["packages"]
+    for key, entry in packages.items():
+        if key and not entry.get("dev"):
+            # No `resolved` (omit-lockfile-registry-resolved): npm fetches from the registry.
+            assert entry.get("resolved", "https://registry.npmjs.org/").startswith(
+                "https://registry.npmjs.org/"
+            )
+            assert entry["integrity"].startswith("sha512-"), key

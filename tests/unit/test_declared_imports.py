@@ -1,0 +1,121 @@
+"""Every third-party module host/ and sdk/ import is a declared dependency (issue 34 item 3).
+
+A package that only arrives through another one (pyjwt, anyio, uvicorn, starlette, httpx2,
+httpcore2 and mcp-types used to come only with ``mcp``) disappears the day that package
+drops it. This test reads every ``import`` of the code a user installs (not the guest SDK
+nor the hostile demo plugins, which run inside a component), maps each top-level module to
+the distribution that provides it, and requires that distribution in ``[project]
+dependencies`` or some ``[project.optional-dependencies]`` extra.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import sys
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+FIRST_PARTY = frozenset({"host", "sdk"})
+NOT_INSTALLED_CODE = ("sdk/guest/", "sdk/demo/hostile/")  # runs inside a component, not the host
+STDLIB_LATER = frozenset({"tomllib"})  # standard from Python 3.11 (tomli is declared for 3.10)
+
+
+def _imports() -> dict[str, set[str]]:
+    """``{top-level module: {files importing it}}`` for third-party modules."""
+    found: dict[str, set[str]] = {}
+    for package in sorted(FIRST_PARTY):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith(NOT_INSTALLED_CODE):
+                continue
+            for node in ast.walk(ast.parse(path.read_text("utf-8"), rel)):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in sys.stdlib_module_names or top in FIRST_PARTY or top in STDLIB_LATER:
+                        continue
+                    found.setdefault(top, set()).add(rel)
+    return found
+
+
+def _declared() -> set[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    requirements = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        requirements.extend(extra)
+    return {canonicalize_name(Requirement(text).name) for text in requirements}
+
+
+def test_every_top_level_import_in_host_and_sdk_is_a_declared_dependency() -> None:
+    providers = importlib.metadata.packages_distributions()
+    declared = _declared()
+    undeclared = {}
+    for module, files in sorted(_imports().items()):
+        dists = {canonicalize_name(d) for d in providers.get(module, [module])}
+        if not dists & declared:
+            undeclared[module] = (sorted(dists), sorted(files))
+    assert not undeclared, (
+        f"imported but declared in no extra of pyproject.toml (module: (distribution, files)): {undeclared}"
+    )
+
+
+def test_the_import_scan_sees_the_directly_used_mcp_stack() -> None:
+    # The scan itself works: it finds what issue 34 named (they are imported, not only installed).
+    imported = set(_imports())
+    assert {"jwt", "anyio", "uvicorn", "starlette", "httpx2", "httpcore2", "mcp_types"} <= imported
+    assert {"pyjwt", "anyio", "uvicorn", "starlette", "httpx2", "httpcore2", "mcp-types"} <= _declared()
+
+
+def _constraints() -> dict[str, str]:
+    """``{distribution: version}`` of the lock's pins that apply to this Python."""
+    pins = {}
+    for raw in (REPO / ".ci" / "constraints.txt").read_text("utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate():
+            (spec,) = requirement.specifier
+            pins[canonicalize_name(requirement.name)] = spec.version
+    return pins
+
+
+def test_ci_constraints_pin_every_declared_dependency_within_its_range() -> None:
+    # .ci/run installs under .ci/constraints.txt; a dependency added to pyproject.toml
+    # without `bash .ci/refresh-constraints` would install unpinned (or conflict).
+    pins = _constraints()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    requirements = [
+        *project["dependencies"],
+        *(r for extra in project["optional-dependencies"].values() for r in extra),
+    ]
+    stale = []
+    for text in requirements:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name not in pins or not requirement.specifier.contains(pins[name], prereleases=True):
+            stale.append(f"{text} (lock: {pins.get(name, 'absent')})")
+    assert not stale, f"run `bash .ci/refresh-constraints`: {stale}"
+
+
+def test_ci_run_installs_under_the_constraints() -> None:
+    run = (REPO / ".ci" / "run").read_text("utf-8")
+    assert 'export PIP_CONSTRAINT="$PWD/.ci/constraints.txt"' in run
+    assert run.index("export PIP_CONSTRAINT") < run.index('bash -c "set -euo pipefail; $cmd"')
+    assert "PIP_CONSTRAINT" not in (REPO / "README.md").read_text("utf-8").split("<!-- test-command")[1][:400]
