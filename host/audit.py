@@ -149,7 +149,7 @@ class CheckpointAnchor:
         hash: the checkpoint record's own hash (pass it back as ``expected_head``).
         head: the hash of the record it signs (its predecessor).
         count: how many records it signs (``seq - 1``).
-        time: its time (Unix seconds, signed).
+        time: its time (Unix milliseconds, signed).
         key_id: the audit key that signed it.
     """
 

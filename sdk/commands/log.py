@@ -193,7 +193,8 @@ def _anchor_line(report: VerifyReport) -> str:
             "newest checkpoint: none; records removed from the end (and a rewritten head) "
             "cannot be told apart from a shorter log"
         )
-    stamp = datetime.datetime.fromtimestamp(anchor.time, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = datetime.datetime.fromtimestamp(anchor.time / 1000, datetime.timezone.utc)  # record times are ms
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     return (
         f"newest checkpoint: record {anchor.seq} ({anchor.hash}), signing {anchor.count} records, "
         f"key {anchor.key_id}, {stamp}. Keep this hash away from the log's storage and pass it "
