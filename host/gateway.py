@@ -72,6 +72,7 @@ from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, Stockade
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.plan import Approval, CallRequest, InvocationPlan, prepare
+from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolPolicyStore
 from host.redact import Redactor
@@ -114,13 +115,17 @@ class Host:
         transport_factory: TransportFactory | None,
         owns_store: bool,
         mcp_sources: Mapping[str, McpSource] | None = None,
+        bindings: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         """:meta private:"""
         self.config = config
         self.registry = registry
         self.generation = generation
         self.store = store
-        self.grants = store.grants
+        # (tool, version) → binding digest of this generation (host.policy.bindings): a
+        # user allow and a session grant hold only while the binding they recorded does.
+        self._bindings: dict[tuple[str, str], str] = dict(bindings or {})
+        self.grants = BoundGrants(store.grants, self._bindings_of)
         self._packages = dict(packages)
         self._runtime = runtime
         self._secrets = secrets
@@ -243,6 +248,7 @@ class Host:
             transport_factory=transport_factory,
             owns_store=owns_store,
             mcp_sources=generation.sources,
+            bindings=generation.bindings,
         )
         host._reopen = Reopener(Path(lock), {
             "config": config, "secrets": secrets, "policy": policy, "store": state, "tool_policy": tool_store,
@@ -266,7 +272,16 @@ class Host:
             tool_policy=self._tool_policy,
             grants=self.grants,
             max_input_bytes=self.config.ceilings.max_input_bytes,
+            bindings=self._bindings,
         )
+
+    def _bindings_of(self, tool: str) -> tuple[str, ...]:
+        """The current binding digests of every version of ``tool`` (for session grants)."""
+        return tuple(sorted({d for (name, _), d in self._bindings.items() if name == tool}))
+
+    def binding_of(self, tool: str, version: str) -> str | None:
+        """The binding digest of one tool of the running generation (``None``: no such tool)."""
+        return self._bindings.get((tool, version))
 
     def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
         """Issue a single-use approval for exactly this plan's action, principal and session.
@@ -582,7 +597,9 @@ class Host:
         self.close()
 
 
-_GENERATION_FIELDS: Final = ("registry", "generation", "_packages", "_runtime", "_mcp", "_limits_by_tool")
+_GENERATION_FIELDS: Final = (
+    "registry", "generation", "_packages", "_runtime", "_mcp", "_limits_by_tool", "_bindings",
+)
 """What one lock generation consists of in a Host (swapped as a whole by :meth:`Host._adopt`)."""
 
 

@@ -40,6 +40,22 @@ def registry_items(
         yield source.manifest, Binding(entry.name, entry.version, generation, digest, digest)
 
 
+def binding_digests(sources: Sequence[PinnedSource]) -> dict[tuple[str, str], str]:
+    """``{(tool, version): binding digest}`` of every pinned tool (:mod:`host.policy.bindings`):
+    the transport's identity and the pinned definition digest, no secrets, env or limits."""
+    from host.policy.bindings import mcp_binding
+
+    out: dict[tuple[str, str], str] = {}
+    for source in sources:
+        decl = source.pin.source
+        transport = decl.transport.model_dump(mode="json")
+        for tool in source.pin.tools:
+            out[(tool.tool, decl.version)] = mcp_binding(
+                tool.tool, transport=transport, definition_sha256=tool.digest, effect=tool.effect, risk=tool.risk
+            )
+    return out
+
+
 def start_sources(
     sources: Sequence[PinnedSource],
     *,

@@ -332,7 +332,7 @@ def test_managed_cap_beats_user_allow(tmp_path: Path) -> None:
         )
     )
     store = ToolPolicyStore(tmp_path / "tool-policy", admin_dir=admin)
-    store.set("alice", "p", ServiceSelector("echo"), ToolMode.ALLOW)
+    store.set("alice", "p", ServiceSelector("echo"), ToolMode.ALLOW, bound={"echo.write": "0" * 64})
     fx = make_host(tmp_path, tool_policy=store)
     with fx.host:
         result = fx.host.call(fx.request())
