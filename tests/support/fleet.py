@@ -40,6 +40,17 @@ class Repo:
     tool_policy: Path
 
 
+def _bindings(bundle: Path) -> dict[str, str]:
+    """The binding digest of each tool of an (unsigned) bundle, as a Host computes it."""
+    from host.manifest import PackageManifest
+    from host.policy.bindings import package_binding
+    from host.registry import Binding, FrozenRegistry
+
+    manifest = PackageManifest.from_json((bundle / "manifest.json").read_bytes())
+    binding = Binding(manifest.package.name, manifest.package.version, 1, "0" * 64, manifest.module.sha256)
+    return {t.name: package_binding(t, key_id=None) for t in FrozenRegistry.from_packages([(manifest, binding)])}
+
+
 def make_repo(root: Path) -> Repo:
     """Write the bundle, locks (generations 1 and 2) and policies under ``root``."""
     tools = [
@@ -56,8 +67,9 @@ def make_repo(root: Path) -> Repo:
     engine.set_role("user", allow=[f"tool.call:{t['name']}" for t in tools] + ["echo.use"], ask=[])
     engine.grant_role("p", "alice", "user")
     tool_policy = ToolPolicyStore(root / "tool-policy", admin_dir=None)
+    bindings = _bindings(bundle)  # an allow is bound to what was reviewed
     for name in ("echo.write", "echo.limited"):
-        tool_policy.set("alice", "p", ToolSelector(name), ToolMode.ALLOW)
+        tool_policy.set("alice", "p", ToolSelector(name), ToolMode.ALLOW, bound={name: bindings[name]})
     return Repo(root, gen1, gen2, root / "policy.json", root / "tool-policy")
 
 
