@@ -68,13 +68,13 @@ from host.config import HostConfig
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
 from host.egress.transport import TransportFactory
-from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError
+from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError, ToolNotFound
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.plan import Approval, CallRequest, InvocationPlan, prepare
 from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
-from host.policy.toolpolicy import ToolPolicyStore
+from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
 from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
@@ -282,6 +282,37 @@ class Host:
     def binding_of(self, tool: str, version: str) -> str | None:
         """The binding digest of one tool of the running generation (``None``: no such tool)."""
         return self._bindings.get((tool, version))
+
+    def bind_allow(self, project: str, subject: str, tool: str, version: str) -> str:
+        """A reviewer allows (or re-binds) one tool for a principal, bound to its current
+        binding digest; appends a ``policy.rebind`` audit record naming the binding the
+        allow held before (``null``: none, or unbound) and the one it holds now.
+
+        Call this only after a person reviewed what the tool can reach (its preview).
+
+        Raises:
+            ToolNotFound: no such tool in the running generation.
+            ValueError: an invalid project or subject.
+            PolicyUnavailable: the user tool policy cannot be read or written.
+            AuditUnavailable: the record could not be written (the allow is then set:
+                it is the person's decision; the failure is reported).
+
+        Returns:
+            The audit record's id.
+        """
+        self._check_open()
+        definition = self.registry.get(tool, version)
+        binding = self._bindings.get(definition.key)
+        if binding is None:
+            raise ToolNotFound(f"tool {tool!r} has no binding in this generation", tool=tool)
+        selector = ToolSelector(definition.name)
+        before = self._tool_policy.load(subject, project).recorded(selector, definition.name)
+        self._tool_policy.set(subject, project, selector, ToolMode.ALLOW, bound={definition.name: binding})
+        return self._audit.append("policy.rebind", {
+            "project": project, "subject": subject, "tool": definition.name, "version": definition.version,
+            "generation": self.generation, "selector": {"tool": definition.name},
+            "recorded": before, "binding": binding,
+        })
 
     def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
         """Issue a single-use approval for exactly this plan's action, principal and session.

@@ -21,7 +21,7 @@ from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
 from host.canonical import digest_json
 from host.egress.session import EgressSession
-from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied
+from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied, ToolNotFound
 from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Fence, Verdict
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
@@ -733,3 +733,17 @@ def test_lock_with_unexpected_module_refused_before_registry(tmp_path: Path) -> 
     assert info.value.code == "DIGEST_MISMATCH"
     assert info.value.details["file"] == "module.wasm"
     assert not (tmp_path / "state" / "lock-state.json").exists()
+
+
+def test_reviewer_rebind_sets_a_bound_allow_and_writes_a_policy_rebind_record(fx: HostFixture) -> None:
+    stale = "0" * 64
+    fx.host._tool_policy.set("alice", "p", ToolSelector("echo.write"), ToolMode.ALLOW, bound={"echo.write": stale})
+    assert fx.host.prepare(fx.request(tool="echo.write")).status == "approval_required"
+    fx.host.bind_allow("p", "alice", "echo.write", "1.0.0")
+    assert fx.host.prepare(fx.request(tool="echo.write")).status == "ready"
+    record = [r for r in audit_records(fx) if r["kind"] == "policy.rebind"][-1]
+    assert (record["recorded"], record["binding"]) == (stale, fx.host.binding_of("echo.write", "1.0.0"))
+    assert (record["project"], record["subject"], record["tool"]) == ("p", "alice", "echo.write")
+    with pytest.raises(ToolNotFound):
+        fx.host.bind_allow("p", "alice", "echo.nope", "1.0.0")
+    assert len([r for r in audit_records(fx) if r["kind"] == "policy.rebind"]) == 1
