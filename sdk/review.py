@@ -436,8 +436,10 @@ def package_report(
     Returns:
         ``{"name", "version", "description", "homepage", "bundle", "source",
         "manifest_sha256", "module_sha256", "signature", "limits", "http", "tools",
-        "component"}``.
+        "component"}``; each tool carries its ``binding_digest`` (what a user's allow of
+        it is bound to, :mod:`host.policy.bindings`; the signer's key id is part of it).
     """
+    bindings = _binding_digests(manifest, signature)
     return {
         "name": manifest.package.name,
         "version": manifest.package.version,
@@ -450,9 +452,21 @@ def package_report(
         "signature": dict(signature) if signature is not None else None,
         "limits": manifest.limits.model_dump(),
         "http": _http_report(manifest),
-        "tools": [_tool_report(tool) for tool in manifest.tools],
+        "tools": [
+            {**_tool_report(tool), "binding_digest": bindings[tool.name, tool.version]} for tool in manifest.tools
+        ],
         "component": component_report(module_bytes) if module_bytes is not None else None,
     }
+
+
+def _binding_digests(manifest: PackageManifest, signature: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+    from host.policy.bindings import package_binding
+    from host.registry import Binding, FrozenRegistry
+
+    key_id = signature.get("key_id") if signature is not None else None
+    stand_in = Binding(manifest.package.name, manifest.package.version, 0, "0" * 64, manifest.module.sha256)
+    registry = FrozenRegistry.from_packages([(manifest, stand_in)])  # generation and digests take no part
+    return {t.key: package_binding(t, key_id=key_id) for t in registry}
 
 
 def bundle_report(
