@@ -112,6 +112,7 @@ __all__ = [
     "ToolPolicyStore",
     "ToolSelector",
     "UserToolPolicy",
+    "read_user_policy",
     "service_of",
     "strictest",
 ]
@@ -846,6 +847,24 @@ class ToolPolicyStore:
         _log.warning(
             "tool policy file %s is %s: moved aside to %s; defaults apply", path.name, why, target.name
         )
+
+
+def read_user_policy(data: bytes) -> UserToolPolicy:
+    """Parse one user policy file's bytes, read only (no quarantine, no partition check):
+    for tools that list the allows of every partition, such as ``stockade diff``.
+
+    Raises:
+        ValueError: the content is not a valid user tool policy file.
+    """
+    try:
+        doc = _UserDocument.model_validate_json(data)
+    except ValidationError as exc:
+        raise ValueError(f"invalid tool policy file ({exc.error_count()} problems)") from None
+    try:
+        parsed = _parse_user(data, doc.partition.account, doc.partition.workspace)
+    except _Corrupt as exc:
+        raise ValueError(str(exc)) from None
+    return UserToolPolicy(doc.partition.account, doc.partition.workspace, parsed.rules, parsed.bound)
 
 
 def _rule_json(selector: Selector, mode: ToolMode, bound: Mapping[str, str] | None) -> dict[str, object]:
