@@ -31,6 +31,7 @@ from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.pin import PinnedSource, load_pinned_sources
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
+from host.policy.bindings import package_bindings
 from host.registry import FrozenRegistry
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
@@ -116,8 +117,6 @@ def tool_bindings(
     """The binding digest of every tool of a verified lock: package tools over what they
     can reach and the key id that signed their package, MCP tools over their transport
     and pinned definition (:mod:`host.policy.bindings`)."""
-    from host.policy.bindings import package_bindings
-
     key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
     mcp = mcp_hosting.binding_digests(pinned)
     packaged = package_bindings((t for t in registry if t.key not in mcp), key_ids)

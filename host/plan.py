@@ -54,8 +54,8 @@ from host.errors import (
     RequestInvalid,
     StockadeError,
 )
-from host.policy.engine import Decision, Fence, PolicyEngine, Verdict, check_fences
 from host.policy.bindings import BoundGrants, package_binding
+from host.policy.engine import Decision, Fence, PolicyEngine, Verdict, check_fences
 from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition

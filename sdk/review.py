@@ -57,7 +57,11 @@ from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
 from host.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.manifest import PackageManifest, ToolSpec
+from host.mcpsource.hosting import binding_digests
 from host.mcpsource.pin import PinnedSource
+from host.policy.bindings import package_binding, package_bindings
+from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolSelector, read_user_policy
+from host.registry import Binding, FrozenRegistry
 from host.runtime.binary import census, check_header
 from host.runtime.checks import check_component
 from sdk._artifacts import cached_component, remember
@@ -246,9 +250,6 @@ def diff_locks(
 def _lock_bindings(loaded: LoadedLock, sources: Any) -> dict[str, frozenset[str]]:
     """Tool name → the binding digests of its versions in a verified lock, as a Host
     computes them (:func:`host._opening.tool_bindings`)."""
-    from host.mcpsource.hosting import binding_digests
-    from host.policy.bindings import package_bindings
-
     key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
     digests = {**package_bindings(loaded.registry(), key_ids), **binding_digests(sources)}
     out: dict[str, set[str]] = {}
@@ -268,8 +269,6 @@ def allows_that_ask_again(diff: LockDiff, tool_policy_dir: Path) -> list[dict[st
         ``[{"account", "workspace", "selector", "tool", "recorded", "new"}]``; ``new``
         lists the tool's binding digests in the new lock (empty: the tool is gone).
     """
-    from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolSelector, read_user_policy
-
     old, new = diff.bindings
     found: list[dict[str, Any]] = []
     try:
@@ -513,16 +512,16 @@ def package_report(
         "limits": manifest.limits.model_dump(),
         "http": _http_report(manifest),
         "tools": [
-            {**_tool_report(tool), "binding_digest": bindings[tool.name, tool.version]} for tool in manifest.tools
+            {**_tool_report(tool), "binding_digest": bindings[tool.name, tool.version]}
+            for tool in manifest.tools
         ],
         "component": component_report(module_bytes) if module_bytes is not None else None,
     }
 
 
-def _binding_digests(manifest: PackageManifest, signature: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
-    from host.policy.bindings import package_binding
-    from host.registry import Binding, FrozenRegistry
-
+def _binding_digests(
+    manifest: PackageManifest, signature: Mapping[str, Any] | None
+) -> dict[tuple[str, str], str]:
     key_id = signature.get("key_id") if signature is not None else None
     stand_in = Binding(manifest.package.name, manifest.package.version, 0, "0" * 64, manifest.module.sha256)
     registry = FrozenRegistry.from_packages([(manifest, stand_in)])  # generation and digests take no part

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from host.canonical import canonical_json, digest_json
+from host.errors import ToolNotFound
 from host.registry import ToolDefinition
 
 __all__ = [
@@ -166,8 +167,6 @@ class BoundGrants:
             ToolNotFound: no tool of that name in the running generation.
             StoreUnavailable: the grant could not be recorded.
         """
-        from host.errors import ToolNotFound
-
         if not isinstance(tool, str) or not tool:
             raise TypeError("tool must be a non-empty string")
         digests = self._bindings_of(tool)

@@ -101,8 +101,8 @@ __all__ = [
     "CAP_FILE",
     "CAP_FORMAT",
     "CLASS_DEFAULTS",
-    "LEGACY_TOOL_POLICY_FORMAT",
     "EFFECT_CLASSES",
+    "LEGACY_TOOL_POLICY_FORMAT",
     "TOOL_POLICY_FORMAT",
     "ClassSelector",
     "Resolution",
@@ -593,7 +593,7 @@ class ToolPolicyStore:
             recorded = parsed.bound.get(selector, {}).get(tool)
             if recorded is None or binding is None or recorded != binding:
                 user, rebind = ToolMode.ASK, True
-        mode = ToolMode.DISABLED if cap is ToolMode.DISABLED else strictest(cap, user)
+        mode = strictest(cap, user)
         return Resolution(mode, cap, user, selector, recorded, binding, rebind)
 
     def cap_mode(self, *, tool: str, service: str, effect: Effect) -> ToolMode:

@@ -126,7 +126,8 @@ def render(report: dict[str, Any]) -> None:
             f"    allow recorded for binding {rebind['recorded'] or '(none: unbound)'}, "
             f"current binding {rebind['current'] or '(unknown)'} -> ask (rebind)"
         )
-        print(f"    after reviewing what changed (`stockade diff OLD NEW`), re-bind: {safe_text(rebind['fix'])}")
+        print(f"    after reviewing what changed (`stockade diff OLD NEW`), re-bind: "
+              f"{safe_text(rebind['fix'])}")
     print(f"4 session grant: {report['session_grant']}")
     print("the strictest layer wins")
     if report["missing"]:

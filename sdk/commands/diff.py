@@ -125,7 +125,8 @@ def render_rebinds(rebinds: list[dict[str, Any]]) -> None:
             f"  {cell(item['account'])} in {cell(item['workspace'])}: allow {cell(item['tool'])} "
             f"recorded for binding {item['recorded']}, new binding {now} -> ask (rebind)"
         )
-    print("  after review, re-bind with `stockade policy grant-tool PROJECT SUBJECT TOOL@VERSION --role R --allow`")
+    print("  after review, re-bind with "
+          "`stockade policy grant-tool PROJECT SUBJECT TOOL@VERSION --role R --allow`")
 
 
 def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:

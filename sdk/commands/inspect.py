@@ -223,7 +223,8 @@ def _render_package(p: Mapping[str, Any], console: Console, *, imports: bool) ->
         [(t["name"], t["input"], t["output"]) for t in p["tools"]],
     )
     for t in p["tools"]:  # whole digests, never cut: a person compares them with `policy explain`
-        console.print(f"binding  {cell(t['name'])}@{cell(t['version'])} {t['binding_digest']}", highlight=False)
+        line = f"binding  {cell(t['name'])}@{cell(t['version'])} {t['binding_digest']}"
+        console.print(line, highlight=False)
     console.print(f"bundle          {cell(p['bundle'])}", highlight=False)
     if p.get("source"):
         console.print(f"source          {cell(p['source'])}", highlight=False)

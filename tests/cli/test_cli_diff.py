@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from tests.support.bundles import lock_digest, lock_entry, make_manifest, make_tool, write_bundle, write_lock
 from tests.support.cli import json_out, run_cli
 
@@ -212,8 +213,6 @@ def test_unchained_lock_is_noted(tmp_path: Path) -> None:
 
 def _allow_as_reviewed(tmp_path: Path, lock: Path) -> Path:
     """alice's and bob's allows of tracker.list-issues, bound to its binding in ``lock``."""
-    from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
-
     [package] = json_out(run_cli("inspect", str(lock), "--no-imports", "--json", cwd=tmp_path))["packages"]
     [tool] = package["tools"]
     state = tmp_path / "state"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from host.policy.toolpolicy import ToolPolicyStore
 from tests.support.bundles import write_bundle
 from tests.support.cli import ALICE_ARGS, Workspace, cli_env, echo_workspace, json_out, run_cli
 from tests.support.hosts import echo_manifest, echo_tool
@@ -222,8 +223,6 @@ def test_policy_explain_of_a_write_tool_needs_approval_exit_3(tmp_path: Path) ->
 
 
 def test_policy_explain_shows_a_rebind_and_its_fix_re_binds(tmp_path: Path) -> None:
-    from host.policy.toolpolicy import ToolPolicyStore
-
     ws = echo_workspace(tmp_path, tools=[echo_tool(effect="write")])
     store = ToolPolicyStore(ws.state / "tool-policy", admin_dir=None)
     store.root.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from host.policy import grants as grants_mod
-from host.policy.engine import FilePolicyEngine, Verdict, aggregate
 from host.policy.bindings import BoundGrants
+from host.policy.engine import FilePolicyEngine, Verdict, aggregate
 from host.policy.grants import SessionGrants, final_decision
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from tests.support.policy import P

@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from host import FilePolicyEngine
+from host.manifest import PackageManifest
+from host.policy.bindings import package_binding
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
+from host.registry import Binding, FrozenRegistry
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
 from tests.support.hosts import echo_manifest, echo_tool
 from tests.support.wat import echo_component
@@ -42,10 +45,6 @@ class Repo:
 
 def _bindings(bundle: Path) -> dict[str, str]:
     """The binding digest of each tool of an (unsigned) bundle, as a Host computes it."""
-    from host.manifest import PackageManifest
-    from host.policy.bindings import package_binding
-    from host.registry import Binding, FrozenRegistry
-
     manifest = PackageManifest.from_json((bundle / "manifest.json").read_bytes())
     binding = Binding(manifest.package.name, manifest.package.version, 1, "0" * 64, manifest.module.sha256)
     return {t.name: package_binding(t, key_id=None) for t in FrozenRegistry.from_packages([(manifest, binding)])}

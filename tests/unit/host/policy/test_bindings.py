@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from host.errors import ToolNotFound
 from host.manifest import PackageManifest
 from host.mcpsource.hosting import binding_digests
 from host.mcpsource.pin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, PinnedTool, tool_digest
@@ -354,8 +355,6 @@ def test_session_grant_ends_when_its_tools_binding_changes_in_a_reload() -> None
 
 
 def test_grant_of_a_tool_the_generation_does_not_have_is_refused_and_records_nothing() -> None:
-    from host.errors import ToolNotFound
-
     inner = SessionGrants()
     grants = BoundGrants(inner, lambda name: ())
     with pytest.raises(ToolNotFound):
