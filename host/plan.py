@@ -11,7 +11,8 @@ process, network or timer authority — or raises the refusal:
    deny stops; every non-deny decision must carry the same fence;
 4. the layered tool policy (managed cap, user selectors, class defaults) and session
    grants are combined with the engine's answer: the strictest wins, and a grant only
-   discharges *ask*;
+   discharges *ask*; a user allow and a grant hold only while the tool's binding digest
+   (:mod:`host.policy.bindings`) is the one they recorded, else the call asks (a rebind);
 5. the input is validated and canonicalized; the input digest and the action digest are
    computed;
 6. the plan is ``ready`` or ``approval_required`` with a redacted preview.
