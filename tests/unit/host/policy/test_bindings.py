@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from host.errors import ToolNotFound
+from host.gateway import _GENERATION_FIELDS
 from host.manifest import PackageManifest
 from host.mcpsource.hosting import binding_digests
 from host.mcpsource.pin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, PinnedTool, tool_digest
@@ -364,3 +365,9 @@ def test_grant_of_a_tool_the_generation_does_not_have_is_refused_and_records_not
 
 def test_grant_key_names_tool_and_binding() -> None:
     assert grant_key(TOOL, "a" * 64) == f"{TOOL}#{'a' * 64}"
+
+
+def test_a_reload_swaps_the_bindings_with_the_registry() -> None:
+    """Host grants and allows read the running generation's bindings: a swap that left
+    them behind would keep a grant or allow of the old binding alive."""
+    assert "_bindings" in _GENERATION_FIELDS and "registry" in _GENERATION_FIELDS
