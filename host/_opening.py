@@ -31,6 +31,7 @@ from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.pin import PinnedSource, load_pinned_sources
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
+from host.policy.bindings import package_bindings
 from host.registry import FrozenRegistry
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
@@ -66,6 +67,7 @@ class Generation:
     packages: dict[str, Package]
     registry: FrozenRegistry
     sources: dict[str, McpSource]
+    bindings: dict[tuple[str, str], str]  # (tool, version) → binding digest (host.policy.bindings)
 
 
 def load_generation(
@@ -109,7 +111,19 @@ def load_generation(
             source.close()
         runtime.close()
         raise
-    return Generation(runtime, packages, registry, sources)
+    return Generation(runtime, packages, registry, sources, tool_bindings(loaded, pinned, registry))
+
+
+def tool_bindings(
+    loaded: LoadedLock, pinned: tuple[PinnedSource, ...], registry: FrozenRegistry
+) -> dict[tuple[str, str], str]:
+    """The binding digest of every tool of a verified lock: package tools over what they
+    can reach and the key id that signed their package, MCP tools over their transport
+    and pinned definition (:mod:`host.policy.bindings`)."""
+    key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
+    mcp = mcp_hosting.binding_digests(pinned)
+    packaged = package_bindings((t for t in registry if t.key not in mcp), key_ids)
+    return {**packaged, **mcp}
 
 
 def verify_lock(path: Path, config: HostConfig) -> tuple[LoadedLock, tuple[PinnedSource, ...]]:

@@ -70,12 +70,20 @@ from host.config import HostConfig
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
 from host.egress.transport import TransportFactory
-from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError, StoreUnavailable
+from host.errors import (
+    ApprovalRequired,
+    CallCancelled,
+    OutputInvalid,
+    StockadeError,
+    StoreUnavailable,
+    ToolNotFound,
+)
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.plan import Approval, CallRequest, InvocationPlan, prepare
+from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
-from host.policy.toolpolicy import ToolPolicyStore
+from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
 from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
@@ -120,13 +128,17 @@ class Host:
         owns_store: bool,
         mcp_sources: Mapping[str, McpSource] | None = None,
         host_tools: HostToolSet | None = None,
+        bindings: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         """:meta private:"""
         self.config = config
         self.registry = registry
         self.generation = generation
         self.store = store
-        self.grants = store.grants
+        # (tool, version) → binding digest of this generation (host.policy.bindings): a
+        # user allow and a session grant hold only while the binding they recorded does.
+        self._bindings: dict[tuple[str, str], str] = dict(bindings or {})
+        self.grants = BoundGrants(store.grants, self._bindings_of)
         self._packages = dict(packages)
         self._runtime = runtime
         self._secrets = secrets
@@ -256,6 +268,7 @@ class Host:
             owns_store=owns_store,
             mcp_sources=generation.sources,
             host_tools=host_tools,
+            bindings=generation.bindings,
         )
         host._reopen = Reopener(Path(lock), {
             "config": config, "secrets": secrets, "policy": policy, "store": state, "tool_policy": tool_store,
@@ -279,12 +292,52 @@ class Host:
             tool_policy=self._tool_policy,
             grants=self.grants,
             max_input_bytes=self.config.ceilings.max_input_bytes,
+            bindings=self._bindings,
         )
         if self._host_tools is not None:  # a host tool's effect is bound into its digest
             tool = self.registry.get(plan.tool, plan.version)
             if self._host_tools.owns(tool):
                 plan = self._host_tools.bind(plan, tool)
         return plan
+
+    def _bindings_of(self, tool: str) -> tuple[str, ...]:
+        """The current binding digests of every version of ``tool`` (for session grants)."""
+        return tuple(sorted({d for (name, _), d in self._bindings.items() if name == tool}))
+
+    def binding_of(self, tool: str, version: str) -> str | None:
+        """The binding digest of one tool of the running generation (``None``: no such tool)."""
+        return self._bindings.get((tool, version))
+
+    def bind_allow(self, project: str, subject: str, tool: str, version: str) -> str:
+        """A reviewer allows (or re-binds) one tool for a principal, bound to its current
+        binding digest; appends a ``policy.rebind`` audit record naming the binding the
+        allow held before (``null``: none, or unbound) and the one it holds now.
+
+        Call this only after a person reviewed what the tool can reach (its preview).
+
+        Raises:
+            ToolNotFound: no such tool in the running generation.
+            ValueError: an invalid project or subject.
+            PolicyUnavailable: the user tool policy cannot be read or written.
+            AuditUnavailable: the record could not be written (the allow is then set:
+                it is the person's decision; the failure is reported).
+
+        Returns:
+            The audit record's id.
+        """
+        self._check_open()
+        definition = self.registry.get(tool, version)
+        binding = self._bindings.get(definition.key)
+        if binding is None:
+            raise ToolNotFound(f"tool {tool!r} has no binding in this generation", tool=tool)
+        selector = ToolSelector(definition.name)
+        before = self._tool_policy.load(subject, project).recorded(selector, definition.name)
+        self._tool_policy.set(subject, project, selector, ToolMode.ALLOW, bound={definition.name: binding})
+        return self._audit.append("policy.rebind", {
+            "project": project, "subject": subject, "tool": definition.name, "version": definition.version,
+            "generation": self.generation, "selector": {"tool": definition.name},
+            "recorded": before, "binding": binding,
+        })
 
     def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
         """Issue a single-use approval for exactly this plan's action, principal and session.
@@ -617,6 +670,7 @@ class Host:
 
 _GENERATION_FIELDS: Final = (
     "registry", "generation", "_packages", "_runtime", "_mcp", "_limits_by_tool", "_host_tools",
+    "_bindings",
 )
 """What one lock generation consists of in a Host (swapped as a whole by :meth:`Host._adopt`)."""
 

@@ -11,7 +11,8 @@ process, network or timer authority — or raises the refusal:
    deny stops; every non-deny decision must carry the same fence;
 4. the layered tool policy (managed cap, user selectors, class defaults) and session
    grants are combined with the engine's answer: the strictest wins, and a grant only
-   discharges *ask*;
+   discharges *ask*; a user allow and a grant hold only while the tool's binding digest
+   (:mod:`host.policy.bindings`) is the one they recorded, else the call asks (a rebind);
 5. the input is validated and canonicalized; the input digest and the action digest are
    computed;
 6. the plan is ``ready`` or ``approval_required`` with a redacted preview.
@@ -41,7 +42,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -55,6 +56,7 @@ from host.errors import (
     RequestInvalid,
     StockadeError,
 )
+from host.policy.bindings import BoundGrants, package_binding
 from host.policy.engine import Decision, Fence, PolicyEngine, Verdict, check_fences
 from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
@@ -200,10 +202,12 @@ class Preview:
     secrets: tuple[str, ...]
     action_digest: str
     detail: str | None = None  # a host tool's prepared effect, e.g. an edit's diff (escaped)
+    rebind: Mapping[str, str] | None = None  # {"recorded", "current"}: asks because of a rebind
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``diff`` only when the tool prepared one)."""
-        extra = {} if self.detail is None else {"diff": self.detail}
+        """JSON-able form (``diff`` only when the tool prepared one, ``rebind`` only on a rebind)."""
+        extra = ({} if self.detail is None else {"diff": self.detail}) | (
+            {} if self.rebind is None else {"rebind": dict(self.rebind)})
         return extra | {
             "tool": self.tool,
             "version": self.version,
@@ -230,6 +234,19 @@ class Preview:
             f"secrets         {', '.join(self.secrets) or '-'}",
             f"action digest   {self.action_digest}",
             *([] if self.detail is None else ["change", *self.detail.splitlines()]),
+            *self._rebind_lines(),
+        ]
+
+    def _rebind_lines(self) -> list[str]:
+        if self.rebind is None:
+            return []
+        recorded = self.rebind.get("recorded") or "(none: not bound)"
+        return [
+            "asks because    REBIND: your allow of this tool was recorded for another binding",
+            f"allowed for     binding {recorded}",
+            f"now bound to    binding {self.rebind.get('current') or '(unknown)'}",
+            "                (what the tool can reach is listed above; compare the locks with "
+            "`stockade diff OLD NEW`)",
         ]
 
     def __str__(self) -> str:
@@ -255,6 +272,11 @@ class InvocationPlan:
     fence: Fence
     preview: Preview
     effect: Mapping[str, Any] | None = None  # a host tool's prepared effect (host.tools)
+    tool_policy: Mapping[str, Any] = field(default_factory=dict)
+    """How the tool policy decided (for audit records): ``mode``, ``binding`` (the tool's
+    binding digest) and ``allow`` — ``"bound"`` (a user allow honoured with its binding),
+    ``"rebind"`` (a user allow turned into ask: its recorded binding differs or is
+    missing) or ``"none"`` (no user allow of this tool decided)."""
 
 
 def action_digest(principal: Principal, tool: ToolDefinition, input_sha256: str) -> str:
@@ -460,6 +482,7 @@ def prepare(
     max_input_bytes: int,
     now: float | None = None,
     validate_input: Callable[..., bytes] = canonicalize,
+    bindings: Mapping[tuple[str, str], str] | None = None,
 ) -> InvocationPlan:
     """Run DESIGN §6 steps 1–6 and return the plan.
 
@@ -473,6 +496,10 @@ def prepare(
         now: reference time for expiry checks (defaults to ``time.time()``); must be finite
             (ValueError otherwise).
         validate_input: the schema validator (a seam for tests that spy on it).
+        bindings: ``(tool, version)`` → binding digest of the running generation
+            (:mod:`host.policy.bindings`); a tool it does not name has no binding, so a
+            user allow of it asks. ``None`` (no lock at hand): the package binding of the
+            definition itself, unsigned.
 
     Raises:
         RequestInvalid: malformed envelope or expired principal.
@@ -488,22 +515,25 @@ def prepare(
         raise RequestInvalid("the principal has expired; authenticate again")
     tool = registry.get(req.tool, req.version)
     engine_verdict, fence = _authorize(engine, req.principal, tool)
+    binding = package_binding(tool, key_id=None) if bindings is None else bindings.get(tool.key)
     try:
-        mode = tool_policy.resolve(
+        resolution = tool_policy.resolve_detail(
             req.principal.subject,
             req.principal.project,
             tool=tool.name,
             service=service_of(tool.name),
             effect=tool.effect,
+            binding=binding,
         )
     except StockadeError:
         raise
     except Exception as exc:
         raise PolicyUnavailable(f"tool policy failed: {type(exc).__name__}") from exc
+    mode = resolution.mode
     # A grant is looked up only when, without one, a person would be asked: it can change
     # nothing else, and with a shared store each lookup is a database round trip.
     verdict = final_decision(engine_verdict, mode, False)
-    if verdict == "approval" and grants.discharges(req.principal.key, req.session, tool.name):
+    if verdict == "approval" and _granted(grants, req, tool.name, binding):
         verdict = final_decision(engine_verdict, mode, True)
     if verdict == "deny":
         words = shlex.join([req.principal.project, req.principal.subject, f"{tool.name}@{tool.version}"])
@@ -515,6 +545,10 @@ def prepare(
     canonical = validate_input(tool.input_schema, req.input, max_bytes=max_input_bytes)
     input_sha = sha256_hex(canonical)
     digest = action_digest(req.principal, tool, input_sha)
+    preview = _preview(tool, digest)
+    if resolution.rebind and verdict == "approval":
+        preview = replace(preview, rebind={"recorded": resolution.recorded or "", "current": binding or ""})
+    allow = "bound" if resolution.bound_allow else "rebind" if resolution.rebind else "none"
     return InvocationPlan(
         status="approval_required" if verdict == "approval" else "ready",
         request=req,
@@ -524,8 +558,17 @@ def prepare(
         input_sha256=input_sha,
         action_digest=digest,
         fence=fence,
-        preview=_preview(tool, digest),
+        preview=preview,
+        tool_policy={"mode": mode.value, "binding": binding, "allow": allow},
     )
+
+
+def _granted(grants: GrantPort, req: CallRequest, tool: str, binding: str | None) -> bool:
+    """Whether a session grant discharges the ask: bound to the tool's binding when the
+    store is a :class:`BoundGrants` (a Host's); a tool without a binding has no grant."""
+    if isinstance(grants, BoundGrants):
+        return binding is not None and grants.discharges_bound(req.principal.key, req.session, tool, binding)
+    return grants.discharges(req.principal.key, req.session, tool)
 
 
 def reference_time(now: float | None) -> float:

@@ -13,6 +13,7 @@ from typing import Any
 from host.canonical import canonical_json
 from host.config import Ceilings
 from host.lock import PackageLock, TrustedKeys
+from host.mcpsource.hosting import binding_digests
 from host.mcpsource.pin import McpDeclaration, McpPin, PinnedSource, load_pinned_sources
 from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
 from host.secrets import SecretsStore
@@ -43,6 +44,7 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
     for source in sources:
         decl, entry = source.pin.source, source.entry
         transport = decl.transport.model_dump(mode="json")
+        bindings = binding_digests([source])  # what a user's allow of each tool is bound to
         report.append({
             "name": decl.name,
             "version": decl.version,
@@ -63,6 +65,7 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
                     "effect": t.effect.value,
                     "risk": t.risk.value,
                     "digest": t.digest,
+                    "binding_digest": bindings[(t.tool, decl.version)],
                     "description": t.definition.get("description"),
                     "input": t.definition.get("inputSchema"),
                     "output": t.definition.get("outputSchema"),

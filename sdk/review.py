@@ -57,7 +57,11 @@ from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
 from host.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.manifest import PackageManifest, ToolSpec
+from host.mcpsource.hosting import binding_digests
 from host.mcpsource.pin import PinnedSource
+from host.policy.bindings import package_binding, package_bindings
+from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolSelector, read_user_policy
+from host.registry import Binding, FrozenRegistry
 from host.runtime.binary import census, check_header
 from host.runtime.checks import check_component
 from sdk._artifacts import cached_component, remember
@@ -113,6 +117,10 @@ class LockDiff:
     old: LockSide
     new: LockSide
     changes: tuple[Change, ...] = field(default=())
+    # tool name → binding digests in (old, new) (host.policy.bindings)
+    bindings: tuple[Mapping[str, frozenset[str]], Mapping[str, frozenset[str]]] = field(
+        default=({}, {}), compare=False
+    )
 
     @property
     def escalations(self) -> tuple[Change, ...]:
@@ -231,8 +239,59 @@ def diff_locks(
     changes: list[Change] = []
     for name in sorted(olds.keys() | news.keys()):
         changes.extend(_package_changes(name, olds.get(name), news.get(name)))
-    changes.extend(mcp_changes(_sources(old, keys, ceilings), _sources(new, keys, ceilings)))
-    return LockDiff(old=_side(old), new=_side(new), changes=tuple(changes))
+    old_sources, new_sources = _sources(old, keys, ceilings), _sources(new, keys, ceilings)
+    changes.extend(mcp_changes(old_sources, new_sources))
+    return LockDiff(
+        old=_side(old), new=_side(new), changes=tuple(changes),
+        bindings=(_lock_bindings(old, old_sources), _lock_bindings(new, new_sources)),
+    )
+
+
+def _lock_bindings(loaded: LoadedLock, sources: Any) -> dict[str, frozenset[str]]:
+    """Tool name → the binding digests of its versions in a verified lock, as a Host
+    computes them (:func:`host._opening.tool_bindings`)."""
+    key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
+    digests = {**package_bindings(loaded.registry(), key_ids), **binding_digests(sources)}
+    out: dict[str, set[str]] = {}
+    for (name, _), digest in digests.items():
+        out.setdefault(name, set()).add(digest)
+    return {name: frozenset(found) for name, found in out.items()}
+
+
+def allows_that_ask_again(diff: LockDiff, tool_policy_dir: Path) -> list[dict[str, Any]]:
+    """The user allows the lock change would turn back into asks: every bound allow (of
+    every partition under ``tool_policy_dir``) whose recorded binding digest holds under
+    the old lock and under no version of the tool in the new one. Read only; a file that
+    cannot be read or parsed is skipped (a host would quarantine it: its allows apply
+    to nobody).
+
+    Returns:
+        ``[{"account", "workspace", "selector", "tool", "recorded", "new"}]``; ``new``
+        lists the tool's binding digests in the new lock (empty: the tool is gone).
+    """
+    old, new = diff.bindings
+    found: list[dict[str, Any]] = []
+    try:
+        files = sorted(p for p in Path(tool_policy_dir).iterdir() if p.name.endswith(".json"))
+    except OSError:
+        return found
+    for path in files:
+        try:
+            policy = read_user_policy(path.read_bytes()[: 1024 * 1024 + 1])
+        except (OSError, ValueError):
+            continue
+        for selector, bound in policy.bound.items():
+            if policy.rules.get(selector) is not ToolMode.ALLOW:
+                continue
+            for tool, recorded in sorted(bound.items()):
+                if recorded in old.get(tool, frozenset()) and recorded not in new.get(tool, frozenset()):
+                    found.append({
+                        "account": policy.account, "workspace": policy.workspace,
+                        "selector": {"tool": selector.tool} if isinstance(selector, ToolSelector)
+                        else {"service": selector.service if isinstance(selector, ServiceSelector) else ""},
+                        "tool": tool, "recorded": recorded, "new": sorted(new.get(tool, frozenset())),
+                    })
+    return found
 
 
 _Pkg = tuple[LockEntry, LockedPackage]
@@ -436,8 +495,10 @@ def package_report(
     Returns:
         ``{"name", "version", "description", "homepage", "bundle", "source",
         "manifest_sha256", "module_sha256", "signature", "limits", "http", "tools",
-        "component"}``.
+        "component"}``; each tool carries its ``binding_digest`` (what a user's allow of
+        it is bound to, :mod:`host.policy.bindings`; the signer's key id is part of it).
     """
+    bindings = _binding_digests(manifest, signature)
     return {
         "name": manifest.package.name,
         "version": manifest.package.version,
@@ -450,9 +511,21 @@ def package_report(
         "signature": dict(signature) if signature is not None else None,
         "limits": manifest.limits.model_dump(),
         "http": _http_report(manifest),
-        "tools": [_tool_report(tool) for tool in manifest.tools],
+        "tools": [
+            {**_tool_report(tool), "binding_digest": bindings[tool.name, tool.version]}
+            for tool in manifest.tools
+        ],
         "component": component_report(module_bytes) if module_bytes is not None else None,
     }
+
+
+def _binding_digests(
+    manifest: PackageManifest, signature: Mapping[str, Any] | None
+) -> dict[tuple[str, str], str]:
+    key_id = signature.get("key_id") if signature is not None else None
+    stand_in = Binding(manifest.package.name, manifest.package.version, 0, "0" * 64, manifest.module.sha256)
+    registry = FrozenRegistry.from_packages([(manifest, stand_in)])  # generation and digests take no part
+    return {t.key: package_binding(t, key_id=key_id) for t in registry}
 
 
 def bundle_report(

@@ -20,6 +20,7 @@ from host.manifest import PackageManifest
 from host.mcpsource.pin import PinnedSource
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
+from host.policy.bindings import mcp_binding
 from host.registry import Binding
 from host.runtime import SandboxResult, SandboxUsage
 from host.secrets import SecretsStore
@@ -38,6 +39,21 @@ def registry_items(
         entry = source.entry
         digest = entry.pin_sha256
         yield source.manifest, Binding(entry.name, entry.version, generation, digest, digest)
+
+
+def binding_digests(sources: Sequence[PinnedSource]) -> dict[tuple[str, str], str]:
+    """``{(tool, version): binding digest}`` of every pinned tool (:mod:`host.policy.bindings`):
+    the transport's identity and the pinned definition digest, no secrets, env or limits."""
+    out: dict[tuple[str, str], str] = {}
+    for source in sources:
+        decl = source.pin.source
+        transport = decl.transport.model_dump(mode="json")
+        for tool in source.pin.tools:
+            out[(tool.tool, decl.version)] = mcp_binding(
+                tool.tool, transport=transport, definition_sha256=tool.digest,
+                effect=tool.effect, risk=tool.risk,
+            )
+    return out
 
 
 def start_sources(

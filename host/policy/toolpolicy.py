@@ -33,9 +33,23 @@ error: a broken administrator policy fails closed.
 **User policy files** live in ``root`` as ``<sha256>.json`` where the hash is over the
 canonical JSON of ``{"account": ..., "workspace": ...}`` (no names in file names)::
 
-    {"format": "stockade.toolpolicy/1",
+    {"format": "stockade.toolpolicy/2",
      "partition": {"account": "alice", "workspace": "p"},
-     "rules": [{"selector": {"tool": "tracker.create-issue"}, "mode": "allow"}]}
+     "rules": [{"selector": {"tool": "tracker.create-issue"}, "mode": "allow",
+                "bound": {"tracker.create-issue": "<binding digest>"}},
+               {"selector": {"service": "files"}, "mode": "allow",
+                "bound": {"files.read": "<digest>", "files.list": "<digest>"}}]}
+
+**Bound allows** (:mod:`host.policy.bindings`): an ``allow`` of a tool or service
+selector records, in ``bound``, the binding digest of each tool it was reviewed for (a
+service selector records the digests of the tools of that service it covered when it was
+set; a tool of the service that was not among them is unbound). At resolve time the
+caller passes the tool's current binding digest; a digest that differs or is missing
+turns that record's ``allow`` into ``ask`` (a *rebind*, :attr:`Resolution.rebind`).
+``disabled`` and ``ask`` records, and class selectors, carry no ``bound`` and are never
+loosened or invalidated by a rebind. A ``stockade.toolpolicy/1`` file is still read: it
+has no bindings, so every allow of a tool or service selector in it is unbound (→ ask)
+until a reviewer re-binds it; the next write stores ``/2``.
 
 A file that is corrupt, of an unknown format, holds a duplicate selector or any invalid
 part, or names another partition (a file copied between partitions) is quarantined
@@ -62,7 +76,7 @@ import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -88,21 +102,25 @@ __all__ = [
     "CAP_FORMAT",
     "CLASS_DEFAULTS",
     "EFFECT_CLASSES",
+    "LEGACY_TOOL_POLICY_FORMAT",
     "TOOL_POLICY_FORMAT",
     "ClassSelector",
+    "Resolution",
     "Selector",
     "ServiceSelector",
     "ToolMode",
     "ToolPolicyStore",
     "ToolSelector",
     "UserToolPolicy",
+    "read_user_policy",
     "service_of",
     "strictest",
 ]
 
 _log = logging.getLogger("stockade.policy")
 
-TOOL_POLICY_FORMAT = "stockade.toolpolicy/1"
+TOOL_POLICY_FORMAT = "stockade.toolpolicy/2"
+LEGACY_TOOL_POLICY_FORMAT = "stockade.toolpolicy/1"  # read only: its allows are unbound
 CAP_FORMAT = "stockade.toolcap/1"
 CAP_FILE = "cap.json"
 MAX_POLICY_FILE_BYTES = 1024 * 1024  # bytes, a user policy or cap file
@@ -215,6 +233,68 @@ Selector: TypeAlias = ClassSelector | ServiceSelector | ToolSelector
 
 
 _NO_RULES: Mapping[Selector, ToolMode] = MappingProxyType({})
+_NO_BOUND: Mapping[Selector, Mapping[str, str]] = MappingProxyType({})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+MAX_BOUND = 128  # tools whose binding one allow record holds (a registry's size)
+
+
+def check_bound(selector: Selector, mode: ToolMode, bound: Mapping[str, str] | None) -> None:
+    """Check a record's ``bound`` (tool name → binding digest) fits its selector and mode.
+
+    Raises:
+        ValueError: ``bound`` on a class selector or a non-allow record, a tool selector's
+            ``bound`` naming another tool, a service selector's naming a tool of another
+            service, a digest that is not 64 lower-case hex digits, or too many entries.
+    """
+    if bound is None:
+        return
+    if mode is not ToolMode.ALLOW or isinstance(selector, ClassSelector):
+        raise ValueError("only an allow of a tool or service selector records binding digests")
+    if len(bound) > MAX_BOUND:
+        raise ValueError(f"an allow records at most {MAX_BOUND} binding digests")
+    for tool, digest in bound.items():
+        _check_name("tool", tool)
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise ValueError(f"binding digest of {tool!r} must be 64 lower-case hex digits")
+        if isinstance(selector, ToolSelector) and tool != selector.tool:
+            raise ValueError(f"a tool selector's binding names {tool!r}, not {selector.tool!r}")
+        if isinstance(selector, ServiceSelector) and service_of(tool) != selector.service:
+            raise ValueError(f"tool {tool!r} is not of service {selector.service!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """How :meth:`ToolPolicyStore.resolve_detail` decided one tool.
+
+    Attributes:
+        mode: the resolved mode (what :meth:`ToolPolicyStore.resolve` returns).
+        cap: the managed cap's ceiling.
+        user: the user layer's mode after the binding guard (a rule or class default).
+        selector: the user selector that matched, ``None`` for a class default.
+        recorded: the binding digest the matching allow recorded for this tool (``None``:
+            none recorded, or not an allow of a tool or service selector).
+        current: the tool's current binding digest, as passed in.
+        rebind: the matching allow was turned into ask because ``recorded`` differs from
+            ``current`` or either is missing.
+    """
+
+    mode: ToolMode
+    cap: ToolMode
+    user: ToolMode
+    selector: Selector | None
+    recorded: str | None
+    current: str | None
+    rebind: bool
+
+    @property
+    def bound_allow(self) -> bool:
+        """Whether a user allow was honoured with its binding (the digests matched)."""
+        return (
+            self.selector is not None
+            and not isinstance(self.selector, ClassSelector)
+            and self.user is ToolMode.ALLOW
+            and not self.rebind
+        )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -236,6 +316,7 @@ class UserToolPolicy:
     account: str
     workspace: str
     rules: Mapping[Selector, ToolMode]
+    bound: Mapping[Selector, Mapping[str, str]] = field(default_factory=lambda: _NO_BOUND)
 
     def lookup(self, *, tool: str, service: str, effect: Effect) -> ToolMode | None:
         """The mode of the most specific matching selector, or ``None`` if none matches.
@@ -248,6 +329,10 @@ class UserToolPolicy:
             if mode is not None:
                 return mode
         return None
+
+    def recorded(self, selector: Selector, tool: str) -> str | None:
+        """The binding digest ``selector``'s allow recorded for ``tool`` (``None``: none)."""
+        return self.bound.get(selector, {}).get(tool)
 
 
 # ---------------------------------------------------------------------------- file formats
@@ -279,11 +364,15 @@ class _ToolSel(BaseModel):
 _SelJSON: TypeAlias = _ClassSel | _ServiceSel | _ToolSel
 
 
+_Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
 class _Rule(BaseModel):
     model_config = _STRICT
 
     selector: _ClassSel | _ServiceSel | _ToolSel
     mode: ToolMode
+    bound: Annotated[dict[_Name, _Digest], Field(max_length=MAX_BOUND)] | None = None
 
 
 class _CapRule(BaseModel):
@@ -303,7 +392,7 @@ class _Partition(BaseModel):
 class _UserDocument(BaseModel):
     model_config = _STRICT
 
-    format: Literal["stockade.toolpolicy/1"]
+    format: Literal["stockade.toolpolicy/1", "stockade.toolpolicy/2"]
     partition: _Partition
     rules: Annotated[tuple[_Rule, ...], Field(max_length=MAX_RULES)]
 
@@ -352,14 +441,40 @@ def _collect(pairs: list[tuple[Selector, ToolMode]]) -> dict[Selector, ToolMode]
     return rules
 
 
-def _parse_user(data: bytes, account: str, workspace: str) -> dict[Selector, ToolMode]:
+@dataclass(frozen=True, slots=True)
+class _UserRules:
+    """One parsed user policy file: modes, and the binding digests of bound allows."""
+
+    rules: Mapping[Selector, ToolMode]
+    bound: Mapping[Selector, Mapping[str, str]]
+    legacy: bool  # a stockade.toolpolicy/1 file: every allow is unbound
+
+
+_EMPTY = _UserRules(_NO_RULES, _NO_BOUND, False)
+
+
+def _parse_user(data: bytes, account: str, workspace: str) -> _UserRules:
     try:
         doc = _UserDocument.model_validate_json(data)
     except ValidationError as exc:
         raise _Corrupt(f"invalid ({exc.error_count()} problems)") from None
     if (doc.partition.account, doc.partition.workspace) != (account, workspace):
         raise _Corrupt("the file belongs to another partition")
-    return _collect([(_from_json(r.selector), r.mode) for r in doc.rules])
+    legacy = doc.format == LEGACY_TOOL_POLICY_FORMAT
+    rules = _collect([(_from_json(r.selector), r.mode) for r in doc.rules])
+    bound: dict[Selector, Mapping[str, str]] = {}
+    for r in doc.rules:
+        if r.bound is None:
+            continue
+        if legacy:
+            raise _Corrupt("a stockade.toolpolicy/1 file has no 'bound'")
+        selector = _from_json(r.selector)
+        try:
+            check_bound(selector, r.mode, r.bound)
+        except ValueError as exc:
+            raise _Corrupt(str(exc)) from None
+        bound[selector] = MappingProxyType(dict(r.bound))
+    return _UserRules(MappingProxyType(rules), MappingProxyType(bound), legacy)
 
 
 def _parse_cap(data: bytes) -> dict[Selector, ToolMode]:
@@ -406,7 +521,7 @@ class ToolPolicyStore:
         self.root = Path(root)
         self.admin_dir = None if admin_dir is None else Path(admin_dir)
         self._lock = threading.RLock()
-        self._files: OrderedDict[str, CachedFile[dict[Selector, ToolMode]]] = OrderedDict()
+        self._files: OrderedDict[str, CachedFile[_UserRules]] = OrderedDict()
         self._cap: CachedFile[dict[Selector, ToolMode]] | None = None
         self._paths: dict[tuple[str, str], Path] = {}
         if self.admin_dir is not None:
@@ -414,7 +529,16 @@ class ToolPolicyStore:
 
     # ------------------------------------------------------------------ resolution
 
-    def resolve(self, account: str, workspace: str, *, tool: str, service: str, effect: Effect) -> ToolMode:
+    def resolve(
+        self,
+        account: str,
+        workspace: str,
+        *,
+        tool: str,
+        service: str,
+        effect: Effect,
+        binding: str | None = None,
+    ) -> ToolMode:
         """The mode of one tool for one partition (layers in the module docstring).
 
         Args:
@@ -423,6 +547,8 @@ class ToolPolicyStore:
             tool: the exact tool name.
             service: the tool's service (package name; see :func:`service_of`).
             effect: the tool's effect class (its text is accepted too).
+            binding: the tool's current binding digest (:mod:`host.policy.bindings`);
+                ``None`` (unknown) turns every tool or service allow into ask.
 
         Raises:
             ValueError: an empty or invalid name, or an unknown effect class.
@@ -432,14 +558,43 @@ class ToolPolicyStore:
         Returns:
             The strictest of the managed cap and the user selector (or class default).
         """
+        return self.resolve_detail(
+            account, workspace, tool=tool, service=service, effect=effect, binding=binding
+        ).mode
+
+    def resolve_detail(
+        self,
+        account: str,
+        workspace: str,
+        *,
+        tool: str,
+        service: str,
+        effect: Effect,
+        binding: str | None = None,
+    ) -> Resolution:
+        """:meth:`resolve` with its reasons: each layer, and whether a rebind turned the
+        matching allow into ask (for the audit record, previews and ``policy explain``).
+
+        Raises:
+            ValueError, PolicyUnavailable: as :meth:`resolve`.
+        """
         effect_class = _effect_of(effect)
         candidates = _candidates(tool, service, effect_class)
         cap = self._cap_mode(candidates)
-        if cap is ToolMode.DISABLED:
-            return ToolMode.DISABLED
-        rules = self._rules(account, workspace, lock_held=False)
-        user = next((rules[s] for s in candidates if s in rules), CLASS_DEFAULTS[effect_class])
-        return strictest(cap, user)
+        if cap is ToolMode.DISABLED:  # the ceiling decides: the user file is not read
+            return Resolution(ToolMode.DISABLED, cap, cap, None, None, binding, False)
+        parsed = self._rules(account, workspace, lock_held=False)
+        rules = parsed.rules
+        selector = next((s for s in candidates if s in rules), None)
+        user = CLASS_DEFAULTS[effect_class] if selector is None else rules[selector]
+        recorded: str | None = None
+        rebind = False
+        if user is ToolMode.ALLOW and selector is not None and not isinstance(selector, ClassSelector):
+            recorded = parsed.bound.get(selector, {}).get(tool)
+            if recorded is None or binding is None or recorded != binding:
+                user, rebind = ToolMode.ASK, True
+        mode = strictest(cap, user)
+        return Resolution(mode, cap, user, selector, recorded, binding, rebind)
 
     def cap_mode(self, *, tool: str, service: str, effect: Effect) -> ToolMode:
         """The managed cap's ceiling for one tool alone (``allow`` when no cap rule matches;
@@ -508,7 +663,7 @@ class ToolPolicyStore:
                 self._paths[key] = path
         return path
 
-    def _cached(self, path: Path, account: str, workspace: str) -> CachedFile[dict[Selector, ToolMode]]:
+    def _cached(self, path: Path, account: str, workspace: str) -> CachedFile[_UserRules]:
         with self._lock:
             cached = self._files.get(path.name)
             if cached is None:
@@ -539,10 +694,20 @@ class ToolPolicyStore:
         return self._load(account, workspace, lock_held=False)
 
     def _load(self, account: str, workspace: str, *, lock_held: bool) -> UserToolPolicy:
-        rules = self._rules(account, workspace, lock_held=lock_held)
-        return UserToolPolicy(account, workspace, MappingProxyType(dict(rules)))
+        parsed = self._rules(account, workspace, lock_held=lock_held)
+        return UserToolPolicy(
+            account, workspace, MappingProxyType(dict(parsed.rules)), MappingProxyType(dict(parsed.bound))
+        )
 
-    def _rules(self, account: str, workspace: str, *, lock_held: bool) -> Mapping[Selector, ToolMode]:
+    def is_legacy(self, account: str, workspace: str) -> bool:
+        """Whether the partition's file is a ``stockade.toolpolicy/1`` file (allows unbound).
+
+        Raises:
+            ValueError, PolicyUnavailable: as :meth:`load`.
+        """
+        return self._rules(account, workspace, lock_held=False).legacy
+
+    def _rules(self, account: str, workspace: str, *, lock_held: bool) -> _UserRules:
         """The partition's current rules (the cached parse itself: never modify it)."""
         path = self.path_for(account, workspace)
         cached = self._cached(path, account, workspace)
@@ -558,9 +723,17 @@ class ToolPolicyStore:
             self._quarantine(path, account, workspace, str(exc), lock_held=lock_held)
             cached.invalidate()
             rules = None
-        return _NO_RULES if rules is None else rules
+        return _EMPTY if rules is None else rules
 
-    def set(self, account: str, workspace: str, selector: Selector, mode: ToolMode) -> None:
+    def set(
+        self,
+        account: str,
+        workspace: str,
+        selector: Selector,
+        mode: ToolMode,
+        *,
+        bound: Mapping[str, str] | None = None,
+    ) -> None:
         """Set the mode of one selector in one partition (atomic, persisted).
 
         Args:
@@ -568,18 +741,33 @@ class ToolPolicyStore:
             workspace: the workspace.
             selector: a ClassSelector, ServiceSelector or ToolSelector.
             mode: the mode for it.
+            bound: for an ``allow`` of a tool or service selector, the binding digest of
+                every tool it was reviewed for (tool name → digest; a tool selector names
+                exactly its tool). Required there: an allow is bound to what was reviewed.
 
         Raises:
             TypeError: ``selector`` or ``mode`` has the wrong type.
-            ValueError: an invalid account or workspace.
+            ValueError: an invalid account or workspace; ``bound`` missing on an allow of
+                a tool or service selector, or given where it does not belong
+                (:func:`check_bound`).
             PolicyUnavailable: the file cannot be read or written.
         """
         if not isinstance(selector, Selector):
             raise TypeError(f"not a selector: {selector!r}")
         if not isinstance(mode, ToolMode):
             raise TypeError(f"not a ToolMode: {mode!r}")
-        with self._editing(account, workspace) as rules:
+        if mode is ToolMode.ALLOW and not isinstance(selector, ClassSelector) and not bound:
+            raise ValueError(
+                "an allow of a tool or service selector must record the binding digests it was "
+                "reviewed for (bound=)"
+            )
+        check_bound(selector, mode, bound)
+        with self._editing(account, workspace) as (rules, bindings):
             rules[selector] = mode
+            if bound is None:
+                bindings.pop(selector, None)
+            else:
+                bindings[selector] = dict(bound)
 
     def remove(self, account: str, workspace: str, selector: Selector) -> bool:
         """Remove one selector from one partition.
@@ -591,11 +779,14 @@ class ToolPolicyStore:
         Returns:
             Whether the selector was present.
         """
-        with self._editing(account, workspace) as rules:
+        with self._editing(account, workspace) as (rules, bindings):
+            bindings.pop(selector, None)
             return rules.pop(selector, None) is not None
 
     @contextlib.contextmanager
-    def _editing(self, account: str, workspace: str) -> Iterator[dict[Selector, ToolMode]]:
+    def _editing(
+        self, account: str, workspace: str
+    ) -> Iterator[tuple[dict[Selector, ToolMode], dict[Selector, Mapping[str, str]]]]:
         path = self.path_for(account, workspace)
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -605,21 +796,28 @@ class ToolPolicyStore:
             raise PolicyUnavailable(f"cannot open the tool policy directory: {exc.strerror or exc}") from None
         try:
             with self._lock:
-                rules = dict(self._load(account, workspace, lock_held=True).rules)
-                before = dict(rules)
-                yield rules
-                if rules != before:
-                    self._write(path, account, workspace, rules)
+                parsed = self._rules(account, workspace, lock_held=True)
+                rules = dict(parsed.rules)
+                bindings: dict[Selector, Mapping[str, str]] = {s: dict(b) for s, b in parsed.bound.items()}
+                before = (dict(rules), {s: dict(b) for s, b in bindings.items()})
+                yield rules, bindings
+                if (rules, bindings) != before or parsed.legacy:
+                    self._write(path, account, workspace, rules, bindings)
         finally:
             lock.__exit__(None, None, None)
 
-    def _write(self, path: Path, account: str, workspace: str, rules: Mapping[Selector, ToolMode]) -> None:
+    def _write(
+        self,
+        path: Path,
+        account: str,
+        workspace: str,
+        rules: Mapping[Selector, ToolMode],
+        bindings: Mapping[Selector, Mapping[str, str]],
+    ) -> None:
         doc = {
             "format": TOOL_POLICY_FORMAT,
             "partition": {"account": account, "workspace": workspace},
-            "rules": [
-                {"selector": _to_json(sel), "mode": rules[sel].value} for sel in sorted(rules, key=_sort_key)
-            ],
+            "rules": [_rule_json(sel, rules[sel], bindings.get(sel)) for sel in sorted(rules, key=_sort_key)],
         }
         data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
         try:
@@ -649,6 +847,31 @@ class ToolPolicyStore:
         _log.warning(
             "tool policy file %s is %s: moved aside to %s; defaults apply", path.name, why, target.name
         )
+
+
+def read_user_policy(data: bytes) -> UserToolPolicy:
+    """Parse one user policy file's bytes, read only (no quarantine, no partition check):
+    for tools that list the allows of every partition, such as ``stockade diff``.
+
+    Raises:
+        ValueError: the content is not a valid user tool policy file.
+    """
+    try:
+        doc = _UserDocument.model_validate_json(data)
+    except ValidationError as exc:
+        raise ValueError(f"invalid tool policy file ({exc.error_count()} problems)") from None
+    try:
+        parsed = _parse_user(data, doc.partition.account, doc.partition.workspace)
+    except _Corrupt as exc:
+        raise ValueError(str(exc)) from None
+    return UserToolPolicy(doc.partition.account, doc.partition.workspace, parsed.rules, parsed.bound)
+
+
+def _rule_json(selector: Selector, mode: ToolMode, bound: Mapping[str, str] | None) -> dict[str, object]:
+    rule: dict[str, object] = {"selector": _to_json(selector), "mode": mode.value}
+    if bound is not None:
+        rule["bound"] = dict(sorted(bound.items()))
+    return rule
 
 
 def _quarantine_name(path: Path) -> Path:

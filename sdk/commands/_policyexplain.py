@@ -16,12 +16,16 @@ from typing import Any
 from sdk.commands._common import audit_path, location_flags, safe_text, state_dir
 
 
-def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str, Any]) -> dict[str, Any]:
-    """The decision report (JSON-able) for ``args.subject`` in ``args.project`` calling ``tool``."""
+def explain(
+    args: argparse.Namespace, tool: Any, engine: Any, document: dict[str, Any], *, binding: str | None = None
+) -> dict[str, Any]:
+    """The decision report (JSON-able) for ``args.subject`` in ``args.project`` calling ``tool``
+    (``binding``: the tool's binding digest in the lock; a user allow recorded for another
+    one is a rebind and asks)."""
     from host.plan import Principal
     from host.policy.engine import Verdict
     from host.policy.grants import final_decision
-    from host.policy.toolpolicy import CLASS_DEFAULTS, ToolPolicyStore, service_of, strictest
+    from host.policy.toolpolicy import ToolPolicyStore, service_of
 
     principal = Principal(project=args.project, subject=args.subject)
     roles = document["bindings"].get(args.project, {}).get(args.subject, [])
@@ -50,10 +54,21 @@ def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str
     )
     service = service_of(tool.name)
     cap = store.cap_mode(tool=tool.name, service=service, effect=effect)
-    user = store.load(args.subject, args.project).lookup(tool=tool.name, service=service, effect=effect)
-    user_mode = user or CLASS_DEFAULTS[effect]
-    mode = strictest(cap, user_mode)
+    detail = store.resolve_detail(
+        args.subject, args.project, tool=tool.name, service=service, effect=effect, binding=binding
+    )
+    user_mode, mode = detail.user, detail.mode
     decision = final_decision(engine_verdict, mode, False)
+    rebind = None
+    if detail.rebind:
+        words = shlex.join([args.project, args.subject, f"{tool.name}@{tool.version}"])
+        role_word = shlex.quote(roles[0] if roles else "agent")
+        rebind = {
+            "recorded": detail.recorded,
+            "current": binding,
+            "fix": f"stockade policy grant-tool {words} --role {role_word} --allow"
+            f"{location_flags(args, lock=True)}",
+        }
     missing = [p["permission"] for p in permissions if p["effect"] == "deny"]
     fence = engine.fence()
     role = roles[0] if roles else "agent"
@@ -71,7 +86,9 @@ def explain(args: argparse.Namespace, tool: Any, engine: Any, document: dict[str
         "managed_cap": {"mode": cap.value, "dir": str(settings.admin_policy_dir) if settings else None},
         "user_tool_policy": {
             "mode": user_mode.value,
-            "source": "user selector" if user is not None else f"class default for {effect.value}",
+            "source": "user selector" if detail.selector is not None else f"class default for {effect.value}",
+            "binding": binding,
+            "rebind": rebind,
         },
         "tool_policy_mode": mode.value,
         "session_grant": "none: session grants live in a running host's memory and only discharge ask",
@@ -103,6 +120,14 @@ def render(report: dict[str, Any]) -> None:
     print(f"2 managed cap: {cap['mode']}" + (f"  ({safe_text(cap['dir'])})" if cap["dir"] else "  (none)"))
     user = report["user_tool_policy"]
     print(f"3 user tool policy: {user['mode']}  ({user['source']})")
+    if user.get("rebind"):
+        rebind = user["rebind"]
+        print(
+            f"    allow recorded for binding {rebind['recorded'] or '(none: unbound)'}, "
+            f"current binding {rebind['current'] or '(unknown)'} -> ask (rebind)"
+        )
+        print(f"    after reviewing what changed (`stockade diff OLD NEW`), re-bind: "
+              f"{safe_text(rebind['fix'])}")
     print(f"4 session grant: {report['session_grant']}")
     print("the strictest layer wins")
     if report["missing"]:

@@ -39,13 +39,15 @@ from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
     UsageFailed,
+    add_state_dir,
     add_unsigned_option,
     cell,
     print_json,
     signatures_waived,
+    state_dir,
     stdout_console,
 )
-from sdk.review import LockDiff, diff_locks
+from sdk.review import LockDiff, allows_that_ask_again, diff_locks
 
 
 def register(sub: Any) -> None:
@@ -70,6 +72,7 @@ def register(sub: Any) -> None:
         help="trusted keys; when given, every package must be signed by one of them",
     )
     add_unsigned_option(parser)
+    add_state_dir(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable diff (format stockade.diff/1)")
     parser.set_defaults(func=run)
 
@@ -100,13 +103,30 @@ def run(args: argparse.Namespace) -> int:
             diff = diff_locks(
                 old, Path(lock), trusted_keys=args.trusted_keys, unsafe_allow_unsigned=signatures_waived(args)
             )
+    rebinds = allows_that_ask_again(diff, state_dir(args) / "tool-policy")
     if args.json:
-        print_json(diff.to_dict())
+        print_json({**diff.to_dict(), "allows_that_ask_again": rebinds})
     else:
         render(diff)
+        render_rebinds(rebinds)
     if diff.relation not in ("same", "successor"):
         return EXIT_NOT_SUCCESSOR
     return EXIT_ESCALATION if diff.escalations else EXIT_OK
+
+
+def render_rebinds(rebinds: list[dict[str, Any]]) -> None:
+    """Print the user allows the new lock would turn back into asks (one per line)."""
+    if not rebinds:
+        return
+    print(f"user allows that would ask again ({len(rebinds)}): their recorded binding no longer holds")
+    for item in rebinds:
+        now = ", ".join(item["new"]) or "(tool gone)"
+        print(
+            f"  {cell(item['account'])} in {cell(item['workspace'])}: allow {cell(item['tool'])} "
+            f"recorded for binding {item['recorded']}, new binding {now} -> ask (rebind)"
+        )
+    print("  after review, re-bind with "
+          "`stockade policy grant-tool PROJECT SUBJECT TOOL@VERSION --role R --allow`")
 
 
 def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:

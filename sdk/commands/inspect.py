@@ -222,6 +222,9 @@ def _render_package(p: Mapping[str, Any], console: Console, *, imports: bool) ->
         ("tool", "input", "output"),
         [(t["name"], t["input"], t["output"]) for t in p["tools"]],
     )
+    for t in p["tools"]:  # whole digests, never cut: a person compares them with `policy explain`
+        line = f"binding  {cell(t['name'])}@{cell(t['version'])} {t['binding_digest']}"
+        console.print(line, highlight=False)
     console.print(f"bundle          {cell(p['bundle'])}", highlight=False)
     if p.get("source"):
         console.print(f"source          {cell(p['source'])}", highlight=False)

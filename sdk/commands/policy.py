@@ -107,6 +107,13 @@ def _register_tool_actions(inner: Any) -> None:
         action.set_defaults(func=func)
     grant_tool.add_argument("--role", required=True, help="the role to add the permissions to")
     grant_tool.add_argument("--ask", action="store_true", help="the permissions need a person's approval")
+    grant_tool.add_argument(
+        "--allow",
+        action="store_true",
+        dest="allow_tool",
+        help="also allow the tool in SUBJECT's user tool policy without asking, bound to its current "
+        "binding digest (a later lock that widens what it reaches asks again); re-binds a stale allow",
+    )
 
 
 def _path(args: argparse.Namespace) -> Path:
@@ -213,18 +220,27 @@ def _split_tool(text: str) -> tuple[str, str]:
 
 def _locked_tool(args: argparse.Namespace) -> Any:
     """The locked ToolSpec named by ``args.tool`` (exact name and version)."""
+    return _locked(args)[0]
+
+
+def _locked(args: argparse.Namespace) -> tuple[Any, str]:
+    """The locked ToolSpec named by ``args.tool`` and its binding digest
+    (:mod:`host.policy.bindings`: what the tool can reach and the key that signed it)."""
     from host.errors import ToolNotFound
+    from host.policy.bindings import package_binding
 
     name, version = _split_tool(args.tool)
     loaded = verified_lock(
         args.lock, trusted_keys=args.trusted_keys, require_signatures=bool(args.require_signatures),
         unsafe_allow_unsigned=signatures_waived(args),
     )
+    key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
     offered = []
     for package in loaded.packages:
         for tool in package.manifest.tools:
             if (tool.name, tool.version) == (name, version):
-                return tool
+                definition = loaded.registry().get(name, version)
+                return tool, package_binding(definition, key_id=key_ids.get(package.manifest.package.name))
             offered.append(f"{tool.name}@{tool.version}")
     raise ToolNotFound(
         f"no tool {name}@{version} in {args.lock}",
@@ -238,7 +254,9 @@ def _required(tool: Any) -> list[str]:
 
 def run_grant_tool(args: argparse.Namespace) -> int:
     """Add the tool's permissions to a role and bind it."""
-    tool = _locked_tool(args)
+    if args.allow_tool and args.ask:
+        raise CommandFailed("USAGE", "--allow and --ask contradict each other", hint="pass one of them")
+    tool, binding = _locked(args)
     engine = _engine(args)
     role = _document(args)["roles"].get(args.role, {})
     allow, ask = list(role.get("allow", [])), list(role.get("ask", []))
@@ -248,6 +266,7 @@ def run_grant_tool(args: argparse.Namespace) -> int:
     engine.set_role(args.role, allow=allow, ask=[p for p in ask if p not in allow])
     fence = engine.grant_role(args.project, args.subject, args.role)
     kind = "ask" if args.ask else "allow"
+    rebound = _allow_bound(args, tool, binding) if args.allow_tool else None
     if args.json:
         print_json(
             {
@@ -256,22 +275,41 @@ def run_grant_tool(args: argparse.Namespace) -> int:
                 kind: added,
                 "policy_version": fence.policy_version,
                 "role_binding_version": fence.role_binding_version,
+                **({} if rebound is None else {"tool_policy": rebound}),
             }
         )
         return EXIT_OK
     print(f"role {args.role}: {kind} {len(added)} new permission(s) for {tool.name}@{tool.version}")
     for permission in added:
         print(f"  {kind:<6} {safe_text(permission)}")
+    if rebound is not None:
+        before = rebound["recorded"] or "none"
+        print(f"user tool policy: allow {tool.name} bound to binding {binding} (was: {before})")
     return _done(args, f"bound {args.role} to {args.subject} in {args.project}", fence)
+
+
+def _allow_bound(args: argparse.Namespace, tool: Any, binding: str) -> dict[str, Any]:
+    """Set the subject's user tool-policy allow of ``tool``, bound to ``binding``."""
+    from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
+
+    settings = getattr(args, "host_file", None)
+    store = ToolPolicyStore(
+        state_dir(args) / "tool-policy", admin_dir=settings.admin_policy_dir if settings else None
+    )
+    selector = ToolSelector(tool.name)
+    with user_input("project and subject must be 1-256 characters without control characters"):
+        before = store.load(args.subject, args.project).recorded(selector, tool.name)
+        store.set(args.subject, args.project, selector, ToolMode.ALLOW, bound={tool.name: binding})
+    return {"tool": tool.name, "mode": "allow", "recorded": before, "binding": binding}
 
 
 def run_explain(args: argparse.Namespace) -> int:
     """Explain the decision layer by layer; exit 0 allow, 1 deny, 3 approval."""
     from sdk.commands._policyexplain import explain, render
 
-    tool, engine, document = _locked_tool(args), _engine(args), _document(args)
+    (tool, binding), engine, document = _locked(args), _engine(args), _document(args)
     with user_input("project and subject must be 1-256 characters without control characters"):
-        report = explain(args, tool, engine, document)
+        report = explain(args, tool, engine, document, binding=binding)
     if args.json:
         print_json(report)
     else:

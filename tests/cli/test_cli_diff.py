@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from tests.support.bundles import lock_digest, lock_entry, make_manifest, make_tool, write_bundle, write_lock
 from tests.support.cli import json_out, run_cli
 
@@ -208,3 +209,45 @@ def test_unchained_lock_is_noted(tmp_path: Path) -> None:
     proc = run_cli("diff", str(old), str(new), "--json", cwd=tmp_path)
     assert proc.returncode == 4  # its own exit code (issue 13): a host would refuse this lock
     assert json_out(proc)["chained"] is False and json_out(proc)["relation"] == "skipped"
+
+
+def _allow_as_reviewed(tmp_path: Path, lock: Path) -> Path:
+    """alice's and bob's allows of tracker.list-issues, bound to its binding in ``lock``."""
+    [package] = json_out(run_cli("inspect", str(lock), "--no-imports", "--json", cwd=tmp_path))["packages"]
+    [tool] = package["tools"]
+    state = tmp_path / "state"
+    store = ToolPolicyStore(state / "tool-policy", admin_dir=None)
+    for subject in ("alice", "bob"):
+        store.set(subject, "p", ToolSelector(tool["name"]), ToolMode.ALLOW, bound={tool["name"]: tool["binding_digest"]})
+    store.set("carol", "p", ToolSelector(tool["name"]), ToolMode.DISABLED)  # never listed: not an allow
+    return state
+
+
+def test_diff_lists_the_user_allows_a_widening_would_turn_back_into_asks(tmp_path: Path) -> None:
+    old, new = _pair(tmp_path, _add_allow({"scheme": "https", "host": "exfil.example", "path_prefix": "/",
+                                          "methods": ["POST"]}))
+    state = _allow_as_reviewed(tmp_path, old)
+    before = sorted((p.name, p.read_bytes()) for p in (state / "tool-policy").iterdir())
+    proc = run_cli("diff", str(old), str(new), "--state-dir", str(state), "--json", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    rebinds = json_out(proc)["allows_that_ask_again"]
+    assert sorted((r["account"], r["workspace"], r["tool"]) for r in rebinds) == [
+        ("alice", "p", "tracker.list-issues"), ("bob", "p", "tracker.list-issues")
+    ]
+    assert all(r["recorded"] not in r["new"] and len(r["new"]) == 1 for r in rebinds)
+    table = run_cli("diff", str(old), str(new), "--state-dir", str(state), cwd=tmp_path)
+    assert "user allows that would ask again (2)" in table.stdout
+    assert "allow tracker.list-issues recorded for binding" in table.stdout and "-> ask (rebind)" in table.stdout
+    assert sorted((p.name, p.read_bytes()) for p in (state / "tool-policy").iterdir()) == before  # read only
+
+
+def test_diff_of_a_code_and_version_only_upgrade_lists_no_allow(tmp_path: Path) -> None:
+    def upgrade(manifest: Manifest) -> None:
+        manifest["package"]["version"] = "1.3.0"
+        manifest["tools"][0]["version"] = "1.3.0"
+        manifest["tools"][0]["description"] = "Faster."
+
+    old, new = _pair(tmp_path, upgrade)
+    state = _allow_as_reviewed(tmp_path, old)
+    proc = run_cli("diff", str(old), str(new), "--state-dir", str(state), "--json", cwd=tmp_path)
+    assert json_out(proc)["allows_that_ask_again"] == []

@@ -147,3 +147,18 @@ def test_hostile_manifest_text_cannot_drive_the_terminal(tmp_path: Path) -> None
     as_json = run_cli("inspect", str(bundle), "--no-imports", "--json", cwd=tmp_path)
     assert "\x1b" not in as_json.stdout and "\u202e" not in as_json.stdout  # JSON escapes them
     assert json.loads(as_json.stdout)["packages"][0]["description"] == hostile  # the exact text
+
+
+def test_inspect_shows_each_tools_binding_digest_and_the_signer_is_part_of_it(tmp_path: Path) -> None:
+    assert run_cli("keygen", "--out", "key.pem", "--keys-file", "keys.json", cwd=tmp_path).returncode == 0
+    bundle = _tracker_bundle(tmp_path, http_component())
+    [unsigned] = json_out(run_cli("inspect", str(bundle), "--no-imports", "--json", cwd=tmp_path))["packages"]
+    assert run_cli("lock", "add", str(bundle), "--key", "key.pem", cwd=tmp_path).returncode == 0
+    args = ("inspect", "stockade.lock", "--trusted-keys", "keys.json", "--no-imports")
+    [signed] = json_out(run_cli(*args, "--json", cwd=tmp_path))["packages"]
+    digests = [t["binding_digest"] for t in signed["tools"]]
+    assert digests and all(len(d) == 64 for d in digests)
+    assert digests != [t["binding_digest"] for t in unsigned["tools"]]  # who vouched is bound too
+    text = run_cli(*args, cwd=tmp_path).stdout
+    for tool, digest in zip(signed["tools"], digests, strict=True):
+        assert f"binding  {tool['name']}@{tool['version']} {digest}" in text

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from host.policy.toolpolicy import ToolPolicyStore
 from tests.support.bundles import write_bundle
 from tests.support.cli import ALICE_ARGS, Workspace, cli_env, echo_workspace, json_out, run_cli
 from tests.support.hosts import echo_manifest, echo_tool
@@ -219,6 +220,33 @@ def test_policy_explain_of_a_write_tool_needs_approval_exit_3(tmp_path: Path) ->
     proc = ws.run("policy", "explain", "p", "alice", "echo.say@1.0.0", *ws.host_args)
     assert proc.returncode == 3, proc.stderr
     assert "3 user tool policy: ask  (class default for write)" in proc.stdout
+
+
+def test_policy_explain_shows_a_rebind_and_its_fix_re_binds(tmp_path: Path) -> None:
+    ws = echo_workspace(tmp_path, tools=[echo_tool(effect="write")])
+    store = ToolPolicyStore(ws.state / "tool-policy", admin_dir=None)
+    store.root.mkdir(parents=True, exist_ok=True)
+    store.path_for("alice", "p").write_text(json.dumps({  # a /1 file: its allow is unbound
+        "format": "stockade.toolpolicy/1", "partition": {"account": "alice", "workspace": "p"},
+        "rules": [{"selector": {"tool": "echo.say"}, "mode": "allow"}],
+    }))
+    proc = ws.run("policy", "explain", "p", "alice", "echo.say@1.0.0", *ws.host_args)
+    assert proc.returncode == 3, proc.stderr
+    assert "allow recorded for binding (none: unbound), current binding " in proc.stdout
+    assert "-> ask (rebind)" in proc.stdout
+    report = json_out(ws.run("policy", "explain", "p", "alice", "echo.say@1.0.0", *ws.host_args, "--json"))
+    rebind = report["user_tool_policy"]["rebind"]
+    assert rebind["recorded"] is None and re.fullmatch(r"[0-9a-f]{64}", rebind["current"])
+    fixed = ws.run(*shlex.split(rebind["fix"])[1:], "--json")
+    assert fixed.returncode == 0, fixed.stderr
+    assert json_out(fixed)["tool_policy"] == {"tool": "echo.say", "mode": "allow", "recorded": None,
+                                              "binding": rebind["current"]}
+    document = json.loads(store.path_for("alice", "p").read_text())
+    assert document["format"] == "stockade.toolpolicy/2"
+    assert document["rules"] == [{"selector": {"tool": "echo.say"}, "mode": "allow",
+                                  "bound": {"echo.say": rebind["current"]}}]
+    allowed = ws.run("policy", "explain", "p", "alice", "echo.say@1.0.0", *ws.host_args)
+    assert allowed.returncode == 0 and allowed.stdout.startswith("decision: ALLOW"), allowed.stdout
 
 
 def test_grant_tool_with_ask_needs_approval_and_names_only_declared_permissions(tmp_path: Path) -> None:

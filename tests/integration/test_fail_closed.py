@@ -18,7 +18,7 @@ import pytest
 from host import Host, HostConfig
 from host.audit import AuditLog, verify
 from host.errors import AuditUnavailable, LockRollback
-from host.policy.toolpolicy import ToolMode, ToolPolicyStore
+from host.policy.toolpolicy import Resolution, ToolMode, ToolPolicyStore
 from tests.support.bundles import lock_digest, lock_entry, write_lock
 from tests.support.hosts import HostFixture, echo_tool, make_host, write_policy
 
@@ -52,8 +52,11 @@ class _BrokenToolPolicy(ToolPolicyStore):
         super().__init__(root, admin_dir=None)
         self.error = error
 
-    def resolve(self, account: str, workspace: str, *, tool: str, service: str, effect: str) -> ToolMode:
+    def resolve(self, account: str, workspace: str, **kwargs: Any) -> ToolMode:
         raise self.error
+
+    def resolve_detail(self, account: str, workspace: str, **kwargs: Any) -> Resolution:
+        raise self.error  # what the pipeline asks (resolve with its reasons)
 
 
 @pytest.mark.parametrize(

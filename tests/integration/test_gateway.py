@@ -21,7 +21,7 @@ from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
 from host.canonical import digest_json
 from host.egress.session import EgressSession
-from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied
+from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied, ToolNotFound
 from host.plan import Approval, InvocationPlan, Preview, action_digest
 from host.policy.engine import Decision, Fence, Verdict
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
@@ -311,6 +311,44 @@ def test_always_for_session_then_tighten_to_deny_deny_wins(fx: HostFixture) -> N
     assert counter.starts == 1
 
 
+def test_bound_allow_runs_without_asking_and_its_outcome_says_so(fx: HostFixture) -> None:
+    binding = fx.host.binding_of("echo.write", "1.0.0")
+    assert binding is not None
+    fx.host._tool_policy.set("alice", "p", ToolSelector("echo.write"), ToolMode.ALLOW, bound={"echo.write": binding})
+    result = fx.host.call(fx.request(tool="echo.write"))
+    assert result.ok
+    outcome = [r for r in audit_records(fx) if r["kind"] == "call.outcome"][-1]
+    assert outcome["tool_policy"] == {"mode": "allow", "binding": binding, "allow": "bound"}
+
+
+def test_rebound_allow_asks_and_the_preview_and_outcome_say_rebind(fx: HostFixture) -> None:
+    counter = GuestCounter(fx.host)
+    stale = "0" * 64  # the binding the allow was reviewed for: not the tool's now
+    fx.host._tool_policy.set("alice", "p", ToolSelector("echo.write"), ToolMode.ALLOW, bound={"echo.write": stale})
+    plan = fx.host.prepare(fx.request(tool="echo.write"))
+    assert plan.status == "approval_required"
+    current = fx.host.binding_of("echo.write", "1.0.0")
+    assert plan.preview.rebind == {"recorded": stale, "current": current}
+    assert any("REBIND" in line for line in plan.preview.lines())
+    assert plan.preview.to_dict()["rebind"]["recorded"] == stale
+    refused = fx.host.call(fx.request(tool="echo.write"))
+    assert refused.error is not None and refused.error.code == "APPROVAL_REQUIRED"
+    assert counter.starts == 0
+    approved = fx.host.execute(plan, fx.host.approve(plan))
+    assert approved.ok
+    outcome = [r for r in audit_records(fx) if r["kind"] == "call.outcome"][-1]
+    assert outcome["tool_policy"]["allow"] == "rebind"
+
+
+def test_session_grant_via_host_is_bound_to_the_tools_binding(fx: HostFixture) -> None:
+    fx.host.grants.grant(ALICE.key, "s1", "echo.write")
+    binding = fx.host.binding_of("echo.write", "1.0.0")
+    assert binding is not None
+    assert fx.host.store.grants.discharges(ALICE.key, "s1", f"echo.write#{binding}")
+    assert not fx.host.store.grants.discharges(ALICE.key, "s1", "echo.write")  # never stored unbound
+    assert fx.host.call(fx.request(tool="echo.write")).ok
+
+
 def test_session_grant_does_not_cross_sessions_or_principals(fx: HostFixture) -> None:
     fx.host.grants.grant(ALICE.key, "A", "echo.write")
     assert fx.host.call(fx.request(tool="echo.write", session="A")).ok
@@ -332,7 +370,7 @@ def test_managed_cap_beats_user_allow(tmp_path: Path) -> None:
         )
     )
     store = ToolPolicyStore(tmp_path / "tool-policy", admin_dir=admin)
-    store.set("alice", "p", ServiceSelector("echo"), ToolMode.ALLOW)
+    store.set("alice", "p", ServiceSelector("echo"), ToolMode.ALLOW, bound={"echo.write": "0" * 64})
     fx = make_host(tmp_path, tool_policy=store)
     with fx.host:
         result = fx.host.call(fx.request())
@@ -695,3 +733,17 @@ def test_lock_with_unexpected_module_refused_before_registry(tmp_path: Path) -> 
     assert info.value.code == "DIGEST_MISMATCH"
     assert info.value.details["file"] == "module.wasm"
     assert not (tmp_path / "state" / "lock-state.json").exists()
+
+
+def test_reviewer_rebind_sets_a_bound_allow_and_writes_a_policy_rebind_record(fx: HostFixture) -> None:
+    stale = "0" * 64
+    fx.host._tool_policy.set("alice", "p", ToolSelector("echo.write"), ToolMode.ALLOW, bound={"echo.write": stale})
+    assert fx.host.prepare(fx.request(tool="echo.write")).status == "approval_required"
+    fx.host.bind_allow("p", "alice", "echo.write", "1.0.0")
+    assert fx.host.prepare(fx.request(tool="echo.write")).status == "ready"
+    record = [r for r in audit_records(fx) if r["kind"] == "policy.rebind"][-1]
+    assert (record["recorded"], record["binding"]) == (stale, fx.host.binding_of("echo.write", "1.0.0"))
+    assert (record["project"], record["subject"], record["tool"]) == ("p", "alice", "echo.write")
+    with pytest.raises(ToolNotFound):
+        fx.host.bind_allow("p", "alice", "echo.nope", "1.0.0")
+    assert len([r for r in audit_records(fx) if r["kind"] == "policy.rebind"]) == 1

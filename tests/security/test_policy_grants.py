@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from host.policy import grants as grants_mod
+from host.policy.bindings import BoundGrants
 from host.policy.engine import FilePolicyEngine, Verdict, aggregate
 from host.policy.grants import SessionGrants, final_decision
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
@@ -185,3 +186,36 @@ def test_concurrent_grants_and_clears_are_consistent() -> None:
         t.join()
     grants.clear_grants(None)
     assert not any(grants.discharges(("p", f"u{n}"), f"s{i}", TOOL) for n in range(8) for i in range(5))
+
+
+# -- the layered tool-policy seed's cases, through binding-keyed grants (a Host's) -----------
+
+BINDING = "b" * 64  # the tool's binding digest in the running generation
+
+
+def bound_grants() -> tuple[SessionGrants, BoundGrants]:
+    inner = SessionGrants()
+    return inner, BoundGrants(inner, lambda name: (BINDING,) if name == TOOL else ())
+
+
+def bound_verdict(engine: FilePolicyEngine, store: ToolPolicyStore, grants: BoundGrants, session: str) -> str:
+    decision = aggregate([engine.authorize(P("p", "alice"), "p", f"tool.call:{TOOL}")])
+    mode = store.resolve("alice", "p", tool=TOOL, service="tracker", effect="write", binding=BINDING)
+    return final_decision(decision.verdict, mode, grants.discharges_bound(ALICE, session, TOOL, BINDING))
+
+
+def test_b9_always_then_deny_must_stop(engine: FilePolicyEngine, store: ToolPolicyStore) -> None:
+    _, grants = bound_grants()
+    grants.grant(ALICE, "s1", TOOL)  # "always"
+    assert bound_verdict(engine, store, grants, "s1") == "allow"
+    store.set("alice", "p", ToolSelector(TOOL), ToolMode.DISABLED)  # then tightened to deny
+    assert bound_verdict(engine, store, grants, "s1") == "deny"
+    assert grants.discharges(ALICE, "s1", TOOL)  # the grant is still there: it just cannot loosen
+
+
+def test_b13_grant_in_session_a_never_reaches_session_b(engine: FilePolicyEngine, store: ToolPolicyStore) -> None:
+    inner, grants = bound_grants()
+    grants.grant(ALICE, "A", TOOL)
+    assert bound_verdict(engine, store, grants, "A") == "allow"
+    assert bound_verdict(engine, store, grants, "B") == "approval"
+    assert not grants.discharges(ALICE, "B", TOOL) and not inner.discharges(ALICE, "B", TOOL)

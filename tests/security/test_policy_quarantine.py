@@ -12,6 +12,7 @@ from host.policy import toolpolicy
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
 
 A, W = "alice", "p"
+BINDING = "b" * 64  # the current binding digest of tracker.create in these tests
 
 
 def good_doc(account: str = A, workspace: str = W, rules: list | None = None) -> dict:
@@ -30,7 +31,7 @@ BAD_FILES: list[tuple[str, bytes]] = [
     ("garbage", b"\x00\x01 not json"),
     ("truncated-json", json.dumps(good_doc()).encode()[:-5]),
     ("empty", b""),
-    ("unknown-version", json.dumps({**good_doc(), "format": "stockade.toolpolicy/2"}).encode()),
+    ("unknown-version", json.dumps({**good_doc(), "format": "stockade.toolpolicy/3"}).encode()),
     ("missing-format", json.dumps({k: v for k, v in good_doc().items() if k != "format"}).encode()),
     ("unknown-top-field", json.dumps({**good_doc(), "owner": "eve"}).encode()),
     ("duplicate-selector", json.dumps(good_doc(rules=[allow_rule(), allow_rule()])).encode()),
@@ -73,18 +74,20 @@ def test_bad_policy_file_quarantined_and_defaults_apply(
 def test_file_copied_from_another_partition_grants_nothing(tmp_path: Path) -> None:
     """Bob's file, copied under Alice's name, must not hand Alice Bob's allow rules."""
     store = ToolPolicyStore(tmp_path / "tp", admin_dir=None)
-    store.set("bob", W, ServiceSelector("tracker"), ToolMode.ALLOW)
+    store.set("bob", W, ServiceSelector("tracker"), ToolMode.ALLOW, bound={"tracker.create": BINDING})
     store.path_for(A, W).write_bytes(store.path_for("bob", W).read_bytes())
-    assert store.resolve(A, W, tool="tracker.create", service="tracker", effect="write") is ToolMode.ASK
-    assert store.resolve("bob", W, tool="tracker.create", service="tracker", effect="write") is ToolMode.ALLOW
+    resolve = {"tool": "tracker.create", "service": "tracker", "effect": "write", "binding": BINDING}
+    assert store.resolve(A, W, **resolve) is ToolMode.ASK
+    assert store.resolve("bob", W, **resolve) is ToolMode.ALLOW
 
 
 def test_file_corrupted_after_good_reads_is_quarantined_on_next_resolve(tmp_path: Path) -> None:
     store = ToolPolicyStore(tmp_path / "tp", admin_dir=None)
-    store.set(A, W, ToolSelector("tracker.create"), ToolMode.ALLOW)
-    assert store.resolve(A, W, tool="tracker.create", service="tracker", effect="write") is ToolMode.ALLOW
+    store.set(A, W, ToolSelector("tracker.create"), ToolMode.ALLOW, bound={"tracker.create": BINDING})
+    resolve = {"tool": "tracker.create", "service": "tracker", "effect": "write", "binding": BINDING}
+    assert store.resolve(A, W, **resolve) is ToolMode.ALLOW
     store.path_for(A, W).write_text("{ corrupt")
-    assert store.resolve(A, W, tool="tracker.create", service="tracker", effect="write") is ToolMode.ASK
+    assert store.resolve(A, W, **resolve) is ToolMode.ASK
     assert not store.path_for(A, W).exists()
 
 

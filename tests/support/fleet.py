@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from host import FilePolicyEngine
+from host.manifest import PackageManifest
+from host.policy.bindings import package_binding
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
+from host.registry import Binding, FrozenRegistry
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
 from tests.support.hosts import echo_manifest, echo_tool
 from tests.support.wat import echo_component
@@ -38,6 +41,13 @@ class Repo:
     gen2: Path
     policy: Path
     tool_policy: Path
+
+
+def _bindings(bundle: Path) -> dict[str, str]:
+    """The binding digest of each tool of an (unsigned) bundle, as a Host computes it."""
+    manifest = PackageManifest.from_json((bundle / "manifest.json").read_bytes())
+    binding = Binding(manifest.package.name, manifest.package.version, 1, "0" * 64, manifest.module.sha256)
+    return {t.name: package_binding(t, key_id=None) for t in FrozenRegistry.from_packages([(manifest, binding)])}
 
 
 def make_repo(root: Path) -> Repo:
@@ -56,8 +66,9 @@ def make_repo(root: Path) -> Repo:
     engine.set_role("user", allow=[f"tool.call:{t['name']}" for t in tools] + ["echo.use"], ask=[])
     engine.grant_role("p", "alice", "user")
     tool_policy = ToolPolicyStore(root / "tool-policy", admin_dir=None)
+    bindings = _bindings(bundle)  # an allow is bound to what was reviewed
     for name in ("echo.write", "echo.limited"):
-        tool_policy.set("alice", "p", ToolSelector(name), ToolMode.ALLOW)
+        tool_policy.set("alice", "p", ToolSelector(name), ToolMode.ALLOW, bound={name: bindings[name]})
     return Repo(root, gen1, gen2, root / "policy.json", root / "tool-policy")
 
 

@@ -35,8 +35,24 @@ def store(tmp_path: Path) -> ToolPolicyStore:
     return ToolPolicyStore(tmp_path / "tool-policy", admin_dir=None)
 
 
+def bind(tool: str) -> str:
+    """A stand-in binding digest of ``tool`` as it is now (one per name)."""
+    return hashlib.sha256(f"binding of {tool}".encode()).hexdigest()
+
+
+def put(store: ToolPolicyStore, selector: Any, mode: ToolMode) -> None:
+    """``store.set`` as a reviewer does it: an allow of a tool or service is bound to the
+    current binding of the tool it covers (``tracker.create`` for a service)."""
+    bound = None
+    if mode is ALLOW and isinstance(selector, ToolSelector):
+        bound = {selector.tool: bind(selector.tool)}
+    elif mode is ALLOW and isinstance(selector, ServiceSelector):
+        bound = {f"{selector.service}.create": bind(f"{selector.service}.create")}
+    store.set(A, W, selector, mode, bound=bound)
+
+
 def resolve(store: ToolPolicyStore, tool: str = "tracker.create", effect: str = "write") -> ToolMode:
-    return store.resolve(A, W, tool=tool, service=service_of(tool), effect=effect)
+    return store.resolve(A, W, tool=tool, service=service_of(tool), effect=effect, binding=bind(tool))
 
 
 @pytest.mark.parametrize(
@@ -75,14 +91,14 @@ PRECEDENCE = [
     ("other-service-irrelevant", [(ServiceSelector("mail"), ALLOW)], ASK),
     ("other-class-irrelevant", [(ClassSelector("execute"), ALLOW)], ASK),
     ("service-is-not-a-prefix", [(ServiceSelector("track"), ALLOW)], ASK),
-    ("tool-name-is-not-a-service", [(ServiceSelector("tracker.create"), ALLOW)], ASK),
+    ("tool-name-is-not-a-service", [(ServiceSelector("tracker.create"), DISABLED)], ASK),
 ]
 
 
 @pytest.mark.parametrize(("rules", "mode"), [(r, m) for _, r, m in PRECEDENCE], ids=[n for n, _, _ in PRECEDENCE])
 def test_tool_beats_service_beats_class(store: ToolPolicyStore, rules: list, mode: ToolMode) -> None:
     for selector, value in rules:
-        store.set(A, W, selector, value)
+        put(store, selector, value)
     assert resolve(store) is mode
 
 
@@ -92,7 +108,7 @@ def test_tool_beats_service_beats_class(store: ToolPolicyStore, rules: list, mod
     ids=["tool-star", "service-star", "tool-prefix-star", "tool-suffix-star"],
 )
 def test_star_selector_is_a_literal_name(store: ToolPolicyStore, selector: object) -> None:
-    store.set(A, W, selector, ALLOW)  # type: ignore[arg-type]
+    put(store, selector, ALLOW)
     assert resolve(store, tool="tracker.create", effect="write") is ASK
     assert resolve(store, tool="mail.send", effect="external") is ASK
 
@@ -131,14 +147,15 @@ def test_invalid_selector_refused(make: object) -> None:
 
 
 def test_partitions_are_isolated(store: ToolPolicyStore) -> None:
-    store.set(A, W, ToolSelector("tracker.create"), ALLOW)
+    put(store, ToolSelector("tracker.create"), ALLOW)
+    assert resolve(store) is ALLOW
     assert store.resolve("bob", W, tool="tracker.create", service="tracker", effect="write") is ASK
     assert store.resolve(A, "q", tool="tracker.create", service="tracker", effect="write") is ASK
 
 
 def test_set_remove_load_roundtrip(store: ToolPolicyStore) -> None:
     store.set(A, W, ServiceSelector("tracker"), DISABLED)
-    store.set(A, W, ServiceSelector("tracker"), ALLOW)  # replaces, no duplicate
+    put(store, ServiceSelector("tracker"), ALLOW)  # replaces, no duplicate
     store.set(A, W, ClassSelector("read"), ASK)
     assert dict(store.load(A, W).rules) == {ServiceSelector("tracker"): ALLOW, ClassSelector("read"): ASK}
     assert store.remove(A, W, ServiceSelector("tracker")) is True
@@ -161,15 +178,17 @@ def test_set_refuses_wrong_types(store: ToolPolicyStore) -> None:
 
 
 def test_file_name_is_hash_of_canonical_partition_and_holds_the_partition(store: ToolPolicyStore) -> None:
-    store.set(A, W, ToolSelector("tracker.create"), ALLOW)
+    put(store, ToolSelector("tracker.create"), ALLOW)
     digest = hashlib.sha256(canonical_json({"account": A, "workspace": W})).hexdigest()
     path = store.root / f"{digest}.json"
     assert store.path_for(A, W) == path
     doc = json.loads(path.read_text())
     assert doc == {
-        "format": "stockade.toolpolicy/1",
+        "format": "stockade.toolpolicy/2",
         "partition": {"account": A, "workspace": W},
-        "rules": [{"selector": {"tool": "tracker.create"}, "mode": "allow"}],
+        "rules": [
+            {"selector": {"tool": "tracker.create"}, "mode": "allow", "bound": {"tracker.create": bind("tracker.create")}}
+        ],
     }
     assert A not in path.name
     assert path.stat().st_mode & 0o777 == 0o600
@@ -210,7 +229,7 @@ def capped(tmp_path: Path, admin: Path) -> ToolPolicyStore:
 def test_managed_cap_beats_user_allow(tmp_path: Path, admin: Path) -> None:
     write_cap(admin, [{"selector": {"service": "tracker"}, "max": "ask"}])
     store = capped(tmp_path, admin)
-    store.set(A, W, ToolSelector("tracker.create"), ALLOW)
+    put(store, ToolSelector("tracker.create"), ALLOW)
     assert resolve(store) is ASK
     write_cap(admin, [{"selector": {"tool": "tracker.create"}, "max": "disabled"}])
     assert resolve(store) is DISABLED
@@ -233,7 +252,7 @@ def test_managed_cap_strictest_matching_rule_wins(tmp_path: Path, admin: Path) -
         ],
     )
     store = capped(tmp_path, admin)
-    store.set(A, W, ToolSelector("tracker.create"), ALLOW)
+    put(store, ToolSelector("tracker.create"), ALLOW)
     assert resolve(store) is DISABLED
 
 
@@ -247,7 +266,7 @@ def test_absent_cap_means_no_ceiling(tmp_path: Path, admin: Path, layout: str) -
     if layout == "empty-dir":
         admin.mkdir()
     store = capped(tmp_path, admin)
-    store.set(A, W, ToolSelector("tracker.create"), ALLOW)
+    put(store, ToolSelector("tracker.create"), ALLOW)
     assert resolve(store) is ALLOW
 
 
@@ -297,7 +316,7 @@ def test_admin_dir_present_but_unreadable_disables_every_tool(
 ) -> None:
     _make_unreadable(admin, how)
     store = capped(tmp_path, admin)
-    store.set(A, W, ToolSelector("tracker.create"), ALLOW)
+    put(store, ToolSelector("tracker.create"), ALLOW)
     with caplog.at_level(logging.ERROR, logger="stockade.policy"):
         for tool, effect in [("tracker.create", "write"), ("tracker.list", "read"), ("x", "external")]:
             assert store.resolve(A, W, tool=tool, service=service_of(tool), effect=effect) is DISABLED
