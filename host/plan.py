@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from host._text import has_unsafe
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.errors import (
     ApprovalInvalid,
@@ -62,6 +61,7 @@ from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
+from host.text import has_unsafe
 
 if TYPE_CHECKING:
     from host.store.port import GrantPort

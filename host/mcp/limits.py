@@ -154,8 +154,9 @@ def bounded_protocol(limits: HttpLimits) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the connection cap and the request deadline of ``limits``.
 
     At the cap, a new connection takes the place of the connection that has waited longest
-    without a request being served (half-open, slowloris or idle keep-alive); only when
-    every connection is serving a request is the new one closed. So a flood of half-open
+    without a request being served — first among those never served (half-open, slowloris),
+    then among idle keep-alive ones; only when every connection is serving a request is the
+    new one closed. So a flood of half-open
     connections evicts itself, and a client that sends its request at once is served.
     """
     open_ = _Open()
@@ -163,6 +164,7 @@ def bounded_protocol(limits: HttpLimits) -> type[H11Protocol]:
     class BoundedH11Protocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
         _waiting_since = 0.0
+        _served = False  # a response was completed on this connection
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(open_.protocols) >= limits.max_connections and not self._evict_one():
@@ -174,7 +176,7 @@ def bounded_protocol(limits: HttpLimits) -> type[H11Protocol]:
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self.transport is None:
+            if getattr(self, "transport", None) is None:  # uvicorn types it never-None
                 return  # refused at the cap: uvicorn never saw it
             open_.protocols.discard(self)
             self._disarm()
@@ -188,6 +190,7 @@ def bounded_protocol(limits: HttpLimits) -> type[H11Protocol]:
                 self._disarm()  # the request is in: its response may stream for as long as it needs
 
         def on_response_complete(self) -> None:
+            self._served = True
             self._waiting_since = self.loop.time()  # idle keep-alive: evictable again
             super().on_response_complete()
 
@@ -198,7 +201,9 @@ def bounded_protocol(limits: HttpLimits) -> type[H11Protocol]:
             idle = [p for p in open_.protocols if p._waiting() and not p.transport.is_closing()]
             if not idle:
                 return False
-            oldest = min(idle, key=lambda p: p._waiting_since)
+            # Connections that never had a request served go first (a half-open flood
+            # evicts itself), then idle keep-alive ones; the longest waiting of each first.
+            oldest = min(idle, key=lambda p: (p._served, p._waiting_since))
             _log.warning("connection closed at the cap: it sent no complete request")
             oldest.transport.abort()
             open_.protocols.discard(oldest)  # its connection_lost comes later, on the loop

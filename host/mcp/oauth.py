@@ -13,7 +13,7 @@ host never fetches keys at run time: the file is pinned like the lock), with:
 - ``sub`` required: the principal's subject; the project is the token's
   ``stockade_project`` claim, or the configured default project when it has none; both
   are refused when they hold a control, zero-width or bidi character (the envelope's
-  rule, :mod:`host._text`).
+  rule, :mod:`host.text`).
 
 Anything else is ``None`` (HTTP 401). The SDK's bearer middleware calls
 :meth:`JwtVerifier.verify_token`; its protected-resource metadata names the issuer.
@@ -30,8 +30,8 @@ import jwt
 from mcp.server.auth.provider import AccessToken
 
 from host._files import read_regular
-from host._text import has_unsafe
 from host.errors import RequestInvalid
+from host.text import has_unsafe
 
 __all__ = ["ALGORITHMS", "JwtVerifier"]
 

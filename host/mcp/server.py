@@ -62,7 +62,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from host._text import escape_unsafe
 from host.adapters.schemas import mcp_annotations
 from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
 from host.audit import redact_params
@@ -81,6 +80,7 @@ from host.mcp.state import RequestStates
 from host.plan import CallRequest, InvocationPlan, Principal
 from host.registry import ToolDefinition
 from host.store.pending import PendingApprovalPort
+from host.text import escape_unsafe
 
 __all__ = ["APPROVAL_KEY", "META_KEY", "ServeOptions", "StockadeMCP"]
 
@@ -694,7 +694,7 @@ async def _progress(ctx: ServerRequestContext[Any, Any]) -> AsyncIterator[Progre
 
 def _preview_message(host: Host, plan: InvocationPlan) -> str:
     """What the person reads: every line escaped (control, zero-width and bidi characters
-    shown as ``\\uXXXX``, :mod:`host._text`), so a U+202E in the input or a manifest
+    shown as ``\\uXXXX``, :mod:`host.text`), so a U+202E in the input or a manifest
     cannot reorder what is approved."""
     p = plan.preview
     lines = [

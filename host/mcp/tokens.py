@@ -41,8 +41,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
-from host._text import has_unsafe
 from host.errors import RequestInvalid
+from host.text import has_unsafe
 
 __all__ = ["FORMAT", "TokenEntry", "TokenFile"]
 

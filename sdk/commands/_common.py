@@ -547,10 +547,10 @@ def safe_text(value: object) -> str:
 
     Manifests, guest errors and schemas are untrusted: printed raw, an ESC sequence could
     rewrite the terminal and a bidi override could reorder what a reviewer reads. The
-    rule is the host's own (:func:`host._text.escape_unsafe`), so the CLI and the MCP
+    rule is the host's own (:func:`host.text.escape_unsafe`), so the CLI and the MCP
     server's approval previews escape the same characters.
     """
-    from host._text import escape_unsafe  # lazily: importing host is slow (start-up time)
+    from host.text import escape_unsafe  # lazily: importing host is slow (start-up time)
 
     return escape_unsafe(value)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
-import resource
 import subprocess
 import sys
 import threading
@@ -56,6 +55,12 @@ class Served:
                 return line
 
 
+_LOWER_NOFILE = (
+    "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile})); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
 @contextlib.contextmanager
 def http_server(
     world: World, *extra: str, tokens: TokenFile | None = None, nofile: int | None = None
@@ -64,18 +69,16 @@ def http_server(
 
     ``nofile`` lowers the server's ``RLIMIT_NOFILE`` (soft and hard) before it starts.
     """
-
-    def lower_limit() -> None:
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
+    launcher: list[str] = [sys.executable]
+    if nofile is not None:  # lower the limit in the child, then exec the server (no preexec_fn)
+        launcher += ["-c", _LOWER_NOFILE.format(nofile=int(nofile))]
     args = [
-        sys.executable, "-m", "sdk.cli", "serve", "--transport", "http", "--port", "0",
+        *launcher, "-m", "sdk.cli", "serve", "--transport", "http", "--port", "0",
         "--lock", str(world.lock), "--state-dir", str(world.state), *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, env=cli_env(), cwd=world.root, preexec_fn=lower_limit,
+        text=True, env=cli_env(), cwd=world.root,
     )  # fmt: skip
     stderr: list[str] = []
     lines: queue.Queue[str] = queue.Queue()
