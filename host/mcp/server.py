@@ -706,7 +706,8 @@ def _preview_message(host: Host, plan: InvocationPlan) -> str:
         f"action digest: {p.action_digest}",
     ]
     change = [] if p.detail is None else ["change (the exact diff this approval covers):", p.detail]
-    return "\n".join([*(escape_unsafe(line) for line in lines), f"input: {_input_summary(host, plan)}", *change])
+    escaped = [escape_unsafe(line) for line in lines]
+    return "\n".join([*escaped, f"input: {_input_summary(host, plan)}", *change])
 
 
 def _full_input(host: Host, plan: InvocationPlan) -> str:
