@@ -68,7 +68,7 @@ from host.config import HostConfig
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
 from host.egress.transport import TransportFactory
-from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError
+from host.errors import ApprovalRequired, CallCancelled, OutputInvalid, StockadeError, ToolNotFound
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.plan import Approval, CallRequest, InvocationPlan, prepare
@@ -79,6 +79,7 @@ from host.registry import FrozenRegistry, ToolDefinition
 from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.schema import canonicalize
+from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 from host.secrets import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
@@ -259,14 +260,33 @@ class Host:
             RequestInvalid, ToolNotFound, PolicyDenied, PolicyUnavailable, InputInvalid.
         """
         self._check_open()
-        return prepare(
-            request,
-            registry=self.registry,
-            engine=self._policy,
-            tool_policy=self._tool_policy,
-            grants=self.grants,
-            max_input_bytes=self.config.ceilings.max_input_bytes,
-        )
+        try:
+            return prepare(
+                request,
+                registry=self.registry,
+                engine=self._policy,
+                tool_policy=self._tool_policy,
+                grants=self.grants,
+                max_input_bytes=self.config.ceilings.max_input_bytes,
+            )
+        except ToolNotFound as exc:
+            raise self._refused_at_pin(exc) from None
+
+    def _refused_at_pin(self, exc: ToolNotFound) -> ToolNotFound:
+        """``exc``, or the pin-time reasons if the name is a tool its MCP source refused."""
+        name = exc.details.get("tool")
+        for source in self._mcp.values():
+            for refused in source.pinned.pin.refused:
+                if name in (refused.tool, f"{source.name}.{refused.name}"):
+                    return ToolNotFound(
+                        f"MCP tool {name} was refused when source {source.name} was pinned: "
+                        + "; ".join(refused.reasons),
+                        hint="The host never offers a refused tool: the server's own schema must change "
+                             "(a newer server release), then re-pin with `stockade lock add-mcp DECL.json`; "
+                             "`stockade inspect` lists every refused tool.",
+                        tool=name, refused_at_pin=True, reasons=list(refused.reasons),
+                    )
+        return exc
 
     def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
         """Issue a single-use approval for exactly this plan's action, principal and session.
@@ -520,7 +540,8 @@ class Host:
         budget = self.config.ceilings.max_output_bytes
         try:
             value = parse_json(raw, max_bytes=budget)
-            canonicalize(tool.output_schema, value, max_bytes=budget)
+            validate = canonicalize_external if tool.schema_profile == PROFILE_EXTERNAL else canonicalize
+            validate(tool.output_schema, value, max_bytes=budget)
         except StockadeError as exc:
             raise OutputInvalid(
                 f"{tool.name} returned output outside its schema: {redactor.text(exc.message)}",

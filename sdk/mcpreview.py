@@ -13,8 +13,16 @@ from typing import Any
 from host.canonical import canonical_json
 from host.config import Ceilings
 from host.lock import PackageLock, TrustedKeys
-from host.mcpsource.pin import McpDeclaration, McpPin, PinnedSource, load_pinned_sources
+from host.mcpsource.pin import (
+    McpDeclaration,
+    McpPin,
+    PinnedSource,
+    effective_input_schema,
+    isolation_text,
+    load_pinned_sources,
+)
 from host.mcpsource.source import ToolDrift, compare, list_tools, start_server
+from host.schemaprofile import unbounded
 from host.secrets import SecretsStore
 from sdk._manifestdiff import Change
 
@@ -56,6 +64,8 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
                 for s in decl.secrets
             ],
             "limits": decl.limits.model_dump(mode="json"),
+            "isolation": isolation_text(decl),
+            "refused": [r.model_dump(mode="json") for r in source.pin.refused],
             "tools": [
                 {
                     "name": t.tool,
@@ -63,6 +73,9 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
                     "effect": t.effect.value,
                     "risk": t.risk.value,
                     "digest": t.digest,
+                    "schema_profile": t.schema_profile,
+                    "tightened": t.review_schema is not None,
+                    "unbounded": unbounded(effective_input_schema(t) or {}),
                     "description": t.definition.get("description"),
                     "input": t.definition.get("inputSchema"),
                     "output": t.definition.get("outputSchema"),
