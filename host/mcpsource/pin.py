@@ -411,11 +411,34 @@ def isolation_text(decl: McpDeclaration) -> str:
 
 
 def text_output_schema(max_bytes: int) -> dict[str, Any]:
-    """The output schema of a tool without ``outputSchema``: its text content, joined."""
+    """The output schema of a tool without ``outputSchema``: its text content, joined, and
+    its other content blocks (image, audio, resource, resource_link), typed, if any."""
+    block = {
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"enum": ["image", "audio", "resource", "resource_link"]},
+            "data": {"type": "string", "maxLength": max_bytes},
+            "mimeType": {"type": "string", "maxLength": 256},
+            "uri": {"type": "string", "maxLength": 4096},
+            "name": {"type": "string", "maxLength": 1024},
+            "title": {"type": "string", "maxLength": 1024},
+            "description": {"type": "string", "maxLength": 4096},
+            "size": {"type": "integer", "minimum": 0},
+            "resource": {"type": "object", "properties": {
+                "uri": {"type": "string", "maxLength": 4096}, "mimeType": {"type": "string", "maxLength": 256},
+                "text": {"type": "string", "maxLength": max_bytes}, "blob": {"type": "string", "maxLength": max_bytes},
+            }, "additionalProperties": False},
+        },
+        "additionalProperties": False,
+    }
     return {
         "type": "object",
         "additionalProperties": False,
-        "properties": {"text": {"type": "string", "maxLength": max_bytes}},
+        "properties": {
+            "text": {"type": "string", "maxLength": max_bytes},
+            "content": {"type": "array", "maxItems": 256, "items": block},
+        },
         "required": ["text"],
     }
 
