@@ -425,10 +425,12 @@ def text_output_schema(max_bytes: int) -> dict[str, Any]:
             "title": {"type": "string", "maxLength": 1024},
             "description": {"type": "string", "maxLength": 4096},
             "size": {"type": "integer", "minimum": 0},
-            "resource": {"type": "object", "properties": {
-                "uri": {"type": "string", "maxLength": 4096}, "mimeType": {"type": "string", "maxLength": 256},
-                "text": {"type": "string", "maxLength": max_bytes}, "blob": {"type": "string", "maxLength": max_bytes},
-            }, "additionalProperties": False},
+            "resource": {"type": "object", "additionalProperties": False, "properties": {
+                "uri": {"type": "string", "maxLength": 4096},
+                "mimeType": {"type": "string", "maxLength": 256},
+                "text": {"type": "string", "maxLength": max_bytes},
+                "blob": {"type": "string", "maxLength": max_bytes},
+            }},
         },
         "additionalProperties": False,
     }
