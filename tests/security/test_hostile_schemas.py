@@ -94,7 +94,7 @@ def test_ten_megabyte_schema_is_refused_at_pin() -> None:
     seconds, peak, raised = measured(lambda: check_external(schema))
     assert isinstance(raised, SchemaInvalid) and raised.details["rule"] == "size"
     assert "bytes, over" in raised.message
-    assert seconds < 5.0
+    assert seconds < 5.0 and peak < 64 * 1024 * 1024
 
 
 def test_huge_enum_is_refused_at_pin() -> None:
@@ -130,7 +130,7 @@ def test_recursive_schema_with_a_deep_input_is_bounded_at_call_time() -> None:
         deeper = {"child": deeper}
     seconds, peak, raised = measured(lambda: canonicalize_external(tree, deeper, max_bytes=BUDGET))
     assert isinstance(raised, InputInvalid) and raised.details["rule"] == "too-deep"
-    assert seconds < 1.0
+    assert seconds < 1.0 and peak < 16 * 1024 * 1024
 
 
 def test_validation_cost_is_bounded_per_call() -> None:
@@ -143,7 +143,7 @@ def test_validation_cost_is_bounded_per_call() -> None:
     seconds, peak, raised = measured(lambda: canonicalize_external(schema, value, max_bytes=BUDGET))
     assert isinstance(raised, InputInvalid) and raised.details["rule"] == "validation-cost"
     assert str(MAX_VALIDATION_STEPS) in raised.message
-    assert seconds < 10.0
+    assert seconds < 10.0 and peak < 64 * 1024 * 1024
 
 
 def test_unknown_keywords_and_dialects_are_refused_not_ignored() -> None:
