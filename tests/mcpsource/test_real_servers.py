@@ -218,3 +218,99 @@ def test_real_tools_through_stockade_serve_with_the_sdk_client(real: Real) -> No
     assert seen["read"].is_error is False
     assert seen["read"].structured_content == {"content": "line one\nline two\n"}
     assert seen["bad"].is_error is True and "INPUT_INVALID" in json.dumps(seen["bad"].model_dump(mode="json"))
+
+
+# A minimal stdio MCP server (node, no dependencies) listing only tools the profile refuses.
+REFUSING_SERVER = r"""
+const rl = require('readline').createInterface({input: process.stdin});
+rl.on('line', (line) => {
+  const m = JSON.parse(line);
+  if (m.id === undefined) return;
+  let result = {};
+  if (m.method === 'initialize') {
+    result = {protocolVersion: m.params.protocolVersion, capabilities: {tools: {}},
+              serverInfo: {name: 'refusing', version: '1.0.0'}};
+  } else if (m.method === 'tools/list') {
+    result = {tools: [
+      {name: 'lookBehind', description: 'x',
+       inputSchema: {type: 'object', properties: {q: {type: 'string', pattern: '(?<=a)b'}}}},
+      {name: 'remote', description: 'y',
+       inputSchema: {type: 'object', properties: {q: {$ref: 'https://schemas.example/q.json'}}}},
+      {name: 'Remote', description: 'z', inputSchema: {type: 'object'}},
+    ]};
+  }
+  process.stdout.write(JSON.stringify({jsonrpc: '2.0', id: m.id, result}) + '\n');
+});
+"""
+
+
+def _cli_workspace(tmp_path: Path) -> Path:
+    from tests.support.secrets import write_key_file  # noqa: PLC0415
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    write_key_file(state / "master.key")
+    return state
+
+
+def test_add_mcp_of_a_real_server_prints_the_summary_the_names_and_what_is_unbounded(real: Real,
+                                                                                    tmp_path: Path) -> None:
+    from tests.support.cli import cli_env, run_cli  # noqa: PLC0415
+
+    state = _cli_workspace(tmp_path)
+    decl = tmp_path / "filesystem.mcp.json"
+    decl.write_text(declaration("filesystem", [str(MODULES / "server-filesystem" / "dist" / "index.js"),
+                                               str(real.files)]).model_dump_json())
+    proc = run_cli("lock", "add-mcp", str(decl), "--review", "read_text_file=read:low", "--state-dir", str(state),
+                   cwd=tmp_path, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "14 of 14 tools pinned" in proc.stdout
+    assert "filesystem.read-text-file (server: read_text_file)" in proc.stdout
+    assert "/properties/path: string without maxLength" in proc.stdout
+    assert "stockade: starting MCP server filesystem" in proc.stderr  # progress, before the connect finishes
+    report = run_cli("inspect", "stockade.lock", "--json", "--no-imports", cwd=tmp_path, env=cli_env())
+    (source,) = json.loads(report.stdout)["mcp"]
+    assert "may reach anything the host user can" in source["isolation"] and source["refused"] == []
+    tools = {t["name"]: t for t in source["tools"]}
+    assert tools["filesystem.write-file"]["unbounded"] and tools["filesystem.write-file"]["remote"] == "write_file"
+
+
+def test_add_mcp_that_pins_no_tool_fails_with_every_reason_and_writes_nothing(tmp_path: Path) -> None:
+    from tests.support.cli import cli_env, run_cli  # noqa: PLC0415
+
+    state = _cli_workspace(tmp_path)
+    decl = tmp_path / "refusing.mcp.json"
+    server = tmp_path / "refusing.js"
+    server.write_text(REFUSING_SERVER)
+    decl.write_text(declaration("refusing", [str(server)]).model_dump_json())
+    proc = run_cli("lock", "add-mcp", str(decl), "--state-dir", str(state), "--json", cwd=tmp_path, env=cli_env())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert not (tmp_path / "stockade.lock").exists()
+    error = json.loads(proc.stdout)["error"] if proc.stdout.strip() else json.loads(proc.stderr)["error"]
+    assert error["code"] == "MCP_NO_TOOLS" and error["message"].startswith("0 of 3 tools pinned")
+    assert "RE2" in error["message"] and "not local" in error["message"]  # every tool's reason
+    assert "both map to refusing.remote" in error["message"]
+
+
+def test_call_to_a_tool_refused_at_pin_names_the_reason(tmp_path: Path) -> None:
+    from host.mcpsource.pinning import pin_tools  # noqa: PLC0415
+
+    decl = declaration("everything", [str(MODULES / "server-everything" / "dist" / "index.js"), "stdio"])
+    live = [
+        {"name": "echo", "description": "e", "inputSchema": {"type": "object", "properties": {"m": {"type": "string"}}}},
+        {"name": "grep", "description": "g",
+         "inputSchema": {"type": "object", "properties": {"q": {"type": "string", "pattern": "(a)\\1"}}}},
+    ]
+    result = pin_tools(decl, live, review={})
+    assert [t.name for t in result.pin.tools] == ["echo"] and result.summary() == "1 of 2 tools pinned"
+    lock = tmp_path / "stockade.lock"
+    add_mcp(lock, result.pin)
+    policy = FilePolicyEngine.initialize(tmp_path / "policy.json")
+    policy.set_role("user", allow=["tool.call:everything.echo", "tool.call:everything.grep"])
+    policy.grant_role("p", "alice", "user")
+    with Host.open(lock, config=HostConfig(state_dir=tmp_path / "state"), policy=policy,
+                   secrets=make_store(tmp_path), audit=tmp_path / "audit.log") as host:
+        answer = host.call(request("everything.grep", {"q": "x"}))
+    assert answer.error is not None and answer.error.code == "TOOL_NOT_FOUND"
+    assert "refused when source everything was pinned" in answer.error.message and "RE2" in answer.error.message
+    assert "stockade inspect" in answer.error.hint
