@@ -314,3 +314,21 @@ def test_call_to_a_tool_refused_at_pin_names_the_reason(tmp_path: Path) -> None:
     assert answer.error is not None and answer.error.code == "TOOL_NOT_FOUND"
     assert "refused when source everything was pinned" in answer.error.message and "RE2" in answer.error.message
     assert "stockade inspect" in answer.error.hint
+
+
+def test_policy_grant_tool_and_explain_work_for_source_tools(real: Real, tmp_path: Path) -> None:
+    from tests.support.cli import cli_env, run_cli  # noqa: PLC0415
+
+    state = _cli_workspace(tmp_path)
+    base = ("--lock", str(real.lock), "--state-dir", str(state))
+    assert run_cli("policy", "init", "--state-dir", str(state), cwd=tmp_path, env=cli_env()).returncode == 0
+    granted = run_cli("policy", "grant-tool", "p", "alice", "everything.echo@1.0.0", "--role", "agent", *base,
+                      cwd=tmp_path, env=cli_env())
+    assert granted.returncode == 0, granted.stdout + granted.stderr
+    explained = run_cli("policy", "explain", "p", "alice", "everything.echo@1.0.0", "--json", *base,
+                        cwd=tmp_path, env=cli_env())
+    assert explained.returncode in (0, 3), explained.stdout + explained.stderr
+    assert "tool.call:everything.echo" in explained.stdout
+    unknown = run_cli("policy", "explain", "p", "alice", "everything.nope@1.0.0", *base, cwd=tmp_path,
+                      env=cli_env())
+    assert unknown.returncode == 1 and "everything.echo@1.0.0" in unknown.stderr  # the hint lists source tools
