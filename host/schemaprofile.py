@@ -374,15 +374,14 @@ def check_external(schema: object, *, root_object: bool = True) -> None:
     _expand(schema)
 
 
-def unbounded(schema: Mapping[str, Any]) -> list[str]:
-    """What the schema leaves open, one line per parameter, for the reviewer (sorted)."""
-    found: list[str] = []
+def _open_nodes(schema: Mapping[str, Any]) -> Iterator[tuple[str, object, str]]:
+    """``(pointer, node, what is open)`` for every open parameter of ``schema``."""
     stack: list[tuple[object, tuple[str | int, ...]]] = [(schema, ())]
     while stack:
         node, tokens = stack.pop()
         if not isinstance(node, dict):
             continue
-        where = json_pointer(tokens) or "(root)"
+        where = json_pointer(tokens)
         types = node.get("type")
         kinds = set(types) if isinstance(types, list) else {types} if isinstance(types, str) else set()
         if (
@@ -390,21 +389,50 @@ def unbounded(schema: Mapping[str, Any]) -> list[str]:
             and node.get("additionalProperties", True) is not False
             and "patternProperties" not in node
         ):
-            found.append(f"{where}: open object (additional properties accepted)")
+            yield where, node, "open object (additional properties accepted)"
         if "string" in kinds and "maxLength" not in node and "enum" not in node and "const" not in node:
-            found.append(f"{where}: string without maxLength")
+            yield where, node, "string without maxLength"
         if "array" in kinds and "maxItems" not in node:
-            found.append(f"{where}: array without maxItems")
+            yield where, node, "array without maxItems"
         if kinds & {"number", "integer"} and (
             ("maximum" not in node and "exclusiveMaximum" not in node)
             or ("minimum" not in node and "exclusiveMinimum" not in node)
         ):
-            found.append(f"{where}: number without minimum and maximum")
+            yield where, node, "number without minimum and maximum"
         pattern = node.get("pattern")
         if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
-            found.append(f"{where}: unanchored pattern")
-        for _, sub, sub_tokens in _children(node, tokens):
-            stack.append((sub, sub_tokens))
+            yield where, node, "unanchored pattern"
+        try:
+            stack.extend((sub, sub_tokens) for _, sub, sub_tokens in _children(node, tokens))
+        except SchemaInvalid:
+            continue
+
+
+def _node_at(schema: Mapping[str, Any], pointer: str) -> object:
+    node: object = schema
+    for raw in pointer.split("/")[1:] if pointer else ():
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def unbounded(schema: Mapping[str, Any], *, review: Mapping[str, Any] | None = None) -> list[str]:
+    """What the schema leaves open, one line per parameter, for the reviewer (sorted).
+
+    With ``review`` (the reviewer's tighter schema, which applies too), a parameter is
+    open only if the review schema leaves it open as well or does not mention it.
+    """
+    still_open = set() if review is None else {(p, what) for p, _, what in _open_nodes(review)}
+    found = []
+    for pointer, _, what in _open_nodes(schema):
+        if review is not None and _node_at(review, pointer) is not None and (pointer, what) not in still_open:
+            continue  # the reviewer bounded it
+        found.append(f"{pointer or '(root)'}: {what}")
     return sorted(found)
 
 

@@ -44,7 +44,7 @@ from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import Ceilings
 from host.errors import DigestMismatch, InputInvalid, LockInvalid, ManifestInvalid, SignatureInvalid
 from host.manifest import Effect, PackageManifest, Risk, is_name, is_semver
-from host.schemaprofile import PROFILE_EXTERNAL
+from host.schemaprofile import PROFILE_EXTERNAL, unbounded
 from host.signing import STATEMENT_MCP_SOURCE, signed_statement
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "stockade_tool_name",
     "text_output_schema",
     "tool_digest",
+    "tool_unbounded",
 ]
 
 DECLARATION_FORMAT: Final = "stockade.mcp/1"
@@ -456,6 +457,12 @@ def effective_input_schema(tool: PinnedTool) -> Any:
         return server
     review = {k: v for k, v in tool.review_schema.items() if k != "$schema"}
     return {**server, "allOf": [*server.get("allOf", []), review]}
+
+
+def tool_unbounded(tool: PinnedTool) -> list[str]:
+    """What a pinned tool's input schema leaves open, after the reviewer's tightening."""
+    server = tool.definition.get("inputSchema")
+    return unbounded(server, review=tool.review_schema) if isinstance(server, dict) else []
 
 
 def _spec(source: McpDeclaration, tool: PinnedTool, ceilings: Ceilings) -> dict[str, Any]:

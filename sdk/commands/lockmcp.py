@@ -31,9 +31,9 @@ from host.canonical import parse_json
 from host.errors import InputInvalid, ManifestInvalid
 from host.files import read_regular
 from host.manifest import Effect, Risk
-from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin, effective_input_schema
+from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin, tool_unbounded
 from host.mcpsource.pinning import pin_source
-from host.schemaprofile import MAX_SCHEMA_BYTES, unbounded
+from host.schemaprofile import MAX_SCHEMA_BYTES
 from sdk.commands._common import (
     DEFAULT_LOCK,
     EXIT_ESCALATION,
@@ -173,7 +173,7 @@ def run_add_mcp(args: argparse.Namespace) -> int:
              {"tool": t.tool, "remote": t.name, "effect": t.effect.value, "risk": t.risk.value,
               "digest": t.digest, "schema_profile": t.schema_profile,
               "tightened": t.review_schema is not None,
-              "unbounded": unbounded(effective_input_schema(t) or {})}
+              "unbounded": tool_unbounded(t)}
              for t in result.pin.tools]
     if args.json:
         print_json({"ok": True, "lock": str(update.path), "generation": update.generation,

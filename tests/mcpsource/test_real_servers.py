@@ -25,7 +25,7 @@ from host import CallRequest, FilePolicyEngine, Host, HostConfig, Principal
 from host.errors import InputInvalid
 from host.manifest import Effect, Risk
 from host.mcp.server import ServeOptions, StockadeMCP
-from host.mcpsource.pin import McpDeclaration
+from host.mcpsource.pin import McpDeclaration, tool_unbounded
 from host.mcpsource.pinning import PinResult, pin_source
 from host.schemaprofile import PROFILE_EXTERNAL
 from host.secrets import SecretsStore
@@ -332,3 +332,40 @@ def test_policy_grant_tool_and_explain_work_for_source_tools(real: Real, tmp_pat
     unknown = run_cli("policy", "explain", "p", "alice", "everything.nope@1.0.0", *base, cwd=tmp_path,
                       env=cli_env())
     assert unknown.returncode == 1 and "everything.echo@1.0.0" in unknown.stderr  # the hint lists source tools
+
+
+def test_tightened_schema_is_enforced_and_dropping_it_is_an_escalation(tmp_path: Path) -> None:
+    from host.mcpsource.pinning import pin_tools  # noqa: PLC0415
+    from sdk.mcpreview import _tool_changes  # noqa: PLC0415
+
+    decl = declaration("everything", [str(MODULES / "server-everything" / "dist" / "index.js"), "stdio"])
+    live = [{"name": "echo", "description": "e", "inputSchema": {
+        "$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+        "properties": {"message": {"type": "string"}}, "required": ["message"]}}]
+    tight = {"type": "object", "properties": {"message": {"type": "string", "maxLength": 5}},
+             "additionalProperties": False}
+    tightened = pin_tools(decl, live, review={}, review_schemas={"echo": tight})
+    loose = pin_tools(decl, live, review={})
+    (tool,) = tightened.pin.tools
+    assert tool.review_schema == tight
+    lock = tmp_path / "stockade.lock"
+    add_mcp(lock, tightened.pin)
+    policy = FilePolicyEngine.initialize(tmp_path / "policy.json")
+    policy.set_role("user", allow=["tool.call:everything.echo"])
+    policy.grant_role("p", "alice", "user")
+    with Host.open(lock, config=HostConfig(state_dir=tmp_path / "state"), policy=policy,
+                   secrets=make_store(tmp_path), audit=tmp_path / "audit.log") as host:
+        host.prepare(request("everything.echo", {"message": "short"}))
+        with pytest.raises(InputInvalid) as too_long:  # the server would accept it; the reviewer does not
+            host.prepare(request("everything.echo", {"message": "much too long"}))
+        assert too_long.value.details == {"pointer": "/message", "rule": "maxLength"}
+        with pytest.raises(InputInvalid) as extra:
+            host.prepare(request("everything.echo", {"message": "hi", "extra": 1}))
+        assert extra.value.details["rule"] == "additionalProperties"
+        with pytest.raises(InputInvalid) as missing:  # the server's own schema still applies
+            host.prepare(request("everything.echo", {}))
+        assert missing.value.details["rule"] == "required"
+    kinds = {c.kind: c.escalation for c in _tool_changes("everything", tightened.pin, loose.pin)}
+    assert kinds == {"mcp.tool.review_schema": True, "mcp.tool.unbounded": True}
+    assert tool_unbounded(tool) == []  # every open parameter of the server's schema is bounded by the reviewer
+    assert "/properties/message: string without maxLength" in tool_unbounded(loose.pin.tools[0])

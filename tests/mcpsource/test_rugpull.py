@@ -97,7 +97,7 @@ def test_server_tool_names_are_mapped_and_colliding_or_unmappable_names_refused_
         {"name": "read_text_file", "description": "x", "inputSchema": {"type": "object", "properties": {}}},
         {"name": "Bad Name", "description": "x", "inputSchema": {"type": "object"}},
         {"name": "bad-name", "description": "x", "inputSchema": {"type": "object"}},
-        {"name": "9lives", "description": "x", "inputSchema": {"type": "object"}},
+        {"name": "$$$", "description": "x", "inputSchema": {"type": "object"}},
         {"name": "dup", "description": "x", "inputSchema": {}}, {"name": "dup", "description": "y"},
     ]
     result = pin_tools(world.pinned.pin.source, live, review={})
@@ -105,9 +105,9 @@ def test_server_tool_names_are_mapped_and_colliding_or_unmappable_names_refused_
         ("getTinyImage", "test.get-tiny-image"), ("read_text_file", "test.read-text-file"),
     }
     reasons = {r.name: r.reasons for r in result.refused}
-    assert set(reasons) == {"Bad Name", "bad-name", "9lives", "dup"}
+    assert set(reasons) == {"Bad Name", "bad-name", "$$$", "dup"}
     assert all("both map to test.bad-name" in r[0] for r in (reasons["Bad Name"], reasons["bad-name"]))
-    assert "not a Stockade tool name" in reasons["9lives"][0]
+    assert "not a Stockade tool name" in reasons["$$$"][0]
     # every problem, not only the first: listed twice, and an input schema that is not an object root
     assert reasons["dup"][0] == "listed more than once by the server"
     assert "root-object" in reasons["dup"][1]
@@ -115,7 +115,7 @@ def test_server_tool_names_are_mapped_and_colliding_or_unmappable_names_refused_
 
 
 def test_pin_file_swapped_after_locking_is_refused(world: McpWorld) -> None:
-    pin_path = world.root / "mcp" / "test.json"
+    pin_path = world.root / json.loads(world.lock.read_text())["mcp"][0]["pin"]
     doc = json.loads(pin_path.read_text())
     doc["tools"][0]["effect"] = "read"
     doc["tools"][0]["risk"] = "low"
