@@ -90,6 +90,7 @@ from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, bet
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.runtime.models import SandboxUsage
 from host.schema import canonicalize
+from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 from host.secrets import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
@@ -285,15 +286,18 @@ class Host:
             RequestInvalid, ToolNotFound, PolicyDenied, PolicyUnavailable, InputInvalid.
         """
         self._check_open()
-        plan = prepare(
-            request,
-            registry=self.registry,
-            engine=self._policy,
-            tool_policy=self._tool_policy,
-            grants=self.grants,
-            max_input_bytes=self.config.ceilings.max_input_bytes,
-            bindings=self._bindings,
-        )
+        try:
+            plan = prepare(
+                request,
+                registry=self.registry,
+                engine=self._policy,
+                tool_policy=self._tool_policy,
+                grants=self.grants,
+                max_input_bytes=self.config.ceilings.max_input_bytes,
+                bindings=self._bindings,
+            )
+        except ToolNotFound as exc:
+            raise self._refused_at_pin(exc) from None
         if self._host_tools is not None:  # a host tool's effect is bound into its digest
             tool = self.registry.get(plan.tool, plan.version)
             if self._host_tools.owns(tool):
@@ -338,6 +342,22 @@ class Host:
             "generation": self.generation, "selector": {"tool": definition.name},
             "recorded": before, "binding": binding,
         })
+
+    def _refused_at_pin(self, exc: ToolNotFound) -> ToolNotFound:
+        """``exc``, or the pin-time reasons if the name is a tool its MCP source refused."""
+        name = exc.details.get("tool")
+        for source in self._mcp.values():
+            for refused in source.pinned.pin.refused:
+                if name in (refused.tool, f"{source.name}.{refused.name}"):
+                    return ToolNotFound(
+                        f"MCP tool {name} was refused when source {source.name} was pinned: "
+                        + "; ".join(refused.reasons),
+                        hint="The host never offers a refused tool: the server's own schema must change "
+                             "(a newer server release), then re-pin with `stockade lock add-mcp DECL.json`; "
+                             "`stockade inspect` lists every refused tool.",
+                        tool=name, refused_at_pin=True, reasons=list(refused.reasons),
+                    )
+        return exc
 
     def approve(self, plan: InvocationPlan, *, ttl_s: float = 300.0) -> Approval:
         """Issue a single-use approval for exactly this plan's action, principal and session.
@@ -604,7 +624,8 @@ class Host:
         budget = self.config.ceilings.max_output_bytes
         try:
             value = parse_json(raw, max_bytes=budget)
-            canonicalize(tool.output_schema, value, max_bytes=budget)
+            validate = canonicalize_external if tool.schema_profile == PROFILE_EXTERNAL else canonicalize
+            validate(tool.output_schema, value, max_bytes=budget)
         except StockadeError as exc:
             raise OutputInvalid(
                 f"{tool.name} returned output outside its schema: {redactor.text(exc.message)}",

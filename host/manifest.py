@@ -57,6 +57,7 @@ from host.egress.urls import (
 )
 from host.errors import InputInvalid, ManifestInvalid, SchemaInvalid
 from host.schema import check_schema
+from host.schemaprofile import PROFILE_EXTERNAL, check_external
 
 __all__ = [
     "HTTP_METHODS",
@@ -268,9 +269,15 @@ def _check_permissions(value: tuple[str, ...], info: ValidationInfo) -> tuple[st
 
 
 def _schema_checker(*, root_object: bool) -> AfterValidator:
-    def check(value: dict[str, Any]) -> dict[str, Any]:
+    def check(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         try:
-            check_schema(value, root_object=root_object)
+            if info.data.get("schema_profile") == PROFILE_EXTERNAL:
+                context = info.context
+                if not (isinstance(context, dict) and context.get("external_schemas") is True):
+                    raise ValueError("only a pinned MCP tool uses the external schema profile")
+                check_external(value, root_object=root_object)
+            else:
+                check_schema(value, root_object=root_object)
         except SchemaInvalid as exc:
             pointer = exc.details.get("pointer", "")
             rule = exc.details.get("rule", "")
@@ -429,6 +436,9 @@ class ToolSpec(_Model):
     name: Name
     version: SemVer
     description: Annotated[str, Field(min_length=1, max_length=4096)]
+    # None: the bounded subset (DESIGN §5). The external profile (host.schemaprofile) is
+    # only accepted for the synthetic manifest of a pinned MCP source, never from a bundle.
+    schema_profile: Literal["stockade.schema-profile/external-1"] | None = None
     input_schema: Annotated[JsonSchema, _schema_checker(root_object=True)]
     output_schema: Annotated[JsonSchema, _schema_checker(root_object=False)] | None = None
     effect: Effect
@@ -453,12 +463,16 @@ class PackageManifest(_Model):
     tools: tuple[ToolSpec, ...]
 
     @classmethod
-    def from_json(cls, data: bytes | str, *, ceilings: Ceilings = DEFAULT_CEILINGS) -> PackageManifest:
+    def from_json(
+        cls, data: bytes | str, *, ceilings: Ceilings = DEFAULT_CEILINGS, external_schemas: bool = False
+    ) -> PackageManifest:
         """Parse and validate manifest bytes.
 
         Args:
             data: the bytes of ``manifest.json`` (strict JSON, UTF-8, at most 1 MiB).
             ceilings: the host-wide ceilings every limit must stay under.
+            external_schemas: accept tools with ``schema_profile`` external-1; only the
+                synthetic manifest of a pinned MCP source sets it (a bundle never may).
 
         Raises:
             ManifestInvalid: with ``details["problems"]`` listing every problem found, each
@@ -485,7 +499,9 @@ class PackageManifest(_Model):
             # JSON mode keeps strictness (no "1" for 1, no 1.0 for 1, no true for 1) while
             # accepting arrays for tuples and values for enums; the strict parse above has
             # already refused duplicate keys, NaN and lone surrogates.
-            manifest = cls.model_validate_json(raw, strict=True, context={"ceilings": ceilings})
+            manifest = cls.model_validate_json(
+                raw, strict=True, context={"ceilings": ceilings, "external_schemas": external_schemas}
+            )
         except ValidationError as exc:
             problems.extend(_pydantic_problems(exc))
         problems.extend(_cross_problems(value, ceilings))
@@ -495,7 +511,11 @@ class PackageManifest(_Model):
 
     def to_json(self) -> bytes:
         """The manifest as RFC 8785 canonical JSON bytes."""
-        return canonical_json(self.model_dump(mode="json"))
+        doc = self.model_dump(mode="json")
+        for tool in doc["tools"]:  # a package's bytes stay as before the profile field existed
+            if tool.get("schema_profile") is None:
+                tool.pop("schema_profile", None)
+        return canonical_json(doc)
 
 
 def _raise(problems: list[dict[str, str]]) -> NoReturn:

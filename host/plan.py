@@ -62,6 +62,7 @@ from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
 from host.text import has_unsafe
+from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 
 if TYPE_CHECKING:
     from host.store.port import GrantPort
@@ -456,6 +457,8 @@ def _preview_of(tool: ToolDefinition, digest: str) -> Preview:
             methods = ",".join(entry.methods)
             hosts.append(f"{methods} {entry.scheme}://{entry.host}{port}{entry.path_prefix}")
         secrets = sorted({c.secret for c in http.credentials})
+    if tool.schema_profile == PROFILE_EXTERNAL:  # a pinned MCP source: say what the host cannot bound
+        hosts = [tool.package.package.description.removeprefix("MCP source: ")]
     binding = tool.binding
     return Preview(
         tool=tool.name,
@@ -542,7 +545,8 @@ def prepare(
             hint=f"See which layer disables it with `stockade policy explain {words}`.",
             tool=tool.name,
         )
-    canonical = validate_input(tool.input_schema, req.input, max_bytes=max_input_bytes)
+    validate = canonicalize_external if tool.schema_profile == PROFILE_EXTERNAL else validate_input
+    canonical = validate(tool.input_schema, req.input, max_bytes=max_input_bytes)
     input_sha = sha256_hex(canonical)
     digest = action_digest(req.principal, tool, input_sha)
     preview = _preview(tool, digest)

@@ -81,6 +81,7 @@ class ToolDefinition:
     description: str
     input_schema: Mapping[str, Any] = field(repr=False)
     output_schema: Mapping[str, Any] | None = field(repr=False)
+    schema_profile: str | None  # None: the bounded subset; else host.schemaprofile.PROFILE_EXTERNAL
     effect: Effect
     risk: Risk
     permissions: tuple[str, ...]
@@ -119,6 +120,7 @@ class ToolDefinition:
             description=spec.description,
             input_schema=copy.deepcopy(spec.input_schema),
             output_schema=None if spec.output_schema is None else copy.deepcopy(spec.output_schema),
+            schema_profile=spec.schema_profile,
             effect=spec.effect,
             risk=spec.risk,
             permissions=spec.permissions,

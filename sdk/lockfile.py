@@ -338,7 +338,11 @@ class McpUpdate:
 def add_mcp(
     lock_path: Path, pin: McpPin, *, private_key: bytes | Ed25519PrivateKey | None = None
 ) -> McpUpdate:
-    """Write ``pin`` next to the lock (``mcp/<name>.json``) and add or replace its entry.
+    """Write ``pin`` next to the lock (``mcp/<name>-<sha256>.json``) and add or replace its entry.
+
+    Pin files are content-addressed: a re-pin writes a new file beside the old one, never
+    over it, so a saved copy of the previous lock still verifies (``stockade diff
+    OLD.lock NEW.lock``).
 
     The entry pins the file's sha256 and, with ``private_key``, is signed over
     :func:`host.mcpsource.pin.source_statement` (tag ``stockade/mcp-source@1``).
@@ -351,9 +355,9 @@ def add_mcp(
     lock_path = Path(lock_path)
     current = read_lock(lock_path)
     name, version = pin.source.name, pin.source.version
-    relative = f"mcp/{name}.json"
     data = pin.to_json()
     digest = sha256_hex(data)
+    relative = f"mcp/{name}-{digest}.json"
     signature = key_id = None
     if private_key is not None:
         key = load_private_key(private_key)

@@ -14,7 +14,14 @@ from host.canonical import canonical_json
 from host.config import Ceilings
 from host.lock import PackageLock, TrustedKeys
 from host.mcpsource.hosting import binding_digests
-from host.mcpsource.pin import McpDeclaration, McpPin, PinnedSource, load_pinned_sources
+from host.mcpsource.pin import (
+    McpDeclaration,
+    McpPin,
+    PinnedSource,
+    isolation_text,
+    load_pinned_sources,
+    tool_unbounded,
+)
 from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
 from host.secrets import SecretsStore
 from sdk._manifestdiff import Change
@@ -58,6 +65,8 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
                 for s in decl.secrets
             ],
             "limits": decl.limits.model_dump(mode="json"),
+            "isolation": isolation_text(decl),
+            "refused": [r.model_dump(mode="json") for r in source.pin.refused],
             "tools": [
                 {
                     "name": t.tool,
@@ -66,6 +75,9 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
                     "risk": t.risk.value,
                     "digest": t.digest,
                     "binding_digest": bindings[(t.tool, decl.version)],
+                    "schema_profile": t.schema_profile,
+                    "tightened": t.review_schema is not None,
+                    "unbounded": tool_unbounded(t),
                     "description": t.definition.get("description"),
                     "input": t.definition.get("inputSchema"),
                     "output": t.definition.get("outputSchema"),
@@ -140,6 +152,14 @@ def _tool_changes(name: str, before: McpPin, after: McpPin) -> Iterator[Change]:
             if canonical_json(value) != canonical_json(old.definition.get(key)):
                 yield Change("mcp.tool.definition", name, f"{key} changed", True, tool=tool.tool,
                              old=old.definition.get(key), new=value)
+        if canonical_json(tool.review_schema) != canonical_json(old.review_schema):
+            # The reviewer's tightened schema: dropping or changing it may loosen what is accepted.
+            yield Change("mcp.tool.review_schema", name, "reviewer's tightened schema changed", True,
+                         tool=tool.tool, old=old.review_schema, new=tool.review_schema)
+        opened = sorted(set(tool_unbounded(tool)) - set(tool_unbounded(old)))
+        if opened:
+            detail = f"newly unbounded: {'; '.join(opened)[:400]}"
+            yield Change("mcp.tool.unbounded", name, detail, True, tool=tool.tool, new=opened)
         if tool.effect != old.effect:
             # Any effect change escalates, as for package tools (a "read" tool never asks).
             yield Change("mcp.tool.effect", name, f"effect {old.effect.value} → {tool.effect.value}", True,

@@ -29,6 +29,7 @@ from typing import Any, Final, Literal, Protocol
 
 from host.errors import ManifestInvalid, ToolNotFound
 from host.manifest import Effect
+from host.schemaprofile import PROFILE_EXTERNAL
 
 __all__ = [
     "ToolFormat",
@@ -113,10 +114,21 @@ def mcp_annotations(tool: Any) -> dict[str, Any]:
 
     ``readOnlyHint`` for ``read`` effects, ``destructiveHint`` for ``write``/``execute``,
     ``openWorldHint`` when the package may reach the network, ``title`` from the tool's
-    exact identity.
+    exact identity. A pinned MCP source's tool is ``destructiveHint`` and ``openWorldHint``
+    unless a reviewer pinned it as ``read`` (the server's own annotations are never trusted).
     """
     effect = Effect(tool.effect)
     http = getattr(tool.package, "http", None)
+    if getattr(tool, "schema_profile", None) == PROFILE_EXTERNAL:
+        # A pinned MCP source: the host cannot bound what the server does, so only the
+        # reviewer's effect may narrow the hints (external, the unreviewed default, is the worst).
+        return {
+            "title": f"{tool.name} {tool.version}",
+            "readOnlyHint": effect is Effect.READ,
+            "destructiveHint": effect is not Effect.READ,
+            "idempotentHint": False,
+            "openWorldHint": True,  # a native process or a remote server may reach anything
+        }
     return {
         "title": f"{tool.name} {tool.version}",
         "readOnlyHint": effect is Effect.READ,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hmac
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -43,6 +44,7 @@ from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import Ceilings
 from host.errors import DigestMismatch, InputInvalid, LockInvalid, ManifestInvalid, SignatureInvalid
 from host.manifest import Effect, PackageManifest, Risk, is_name, is_semver
+from host.schemaprofile import PROFILE_EXTERNAL, unbounded
 from host.signing import STATEMENT_MCP_SOURCE, signed_statement
 
 __all__ = [
@@ -56,14 +58,19 @@ __all__ = [
     "McpPin",
     "PinnedSource",
     "PinnedTool",
+    "RefusedTool",
     "SecretDelivery",
     "StdioTransport",
+    "effective_input_schema",
+    "isolation_text",
     "load_pinned_sources",
     "namespaces_conflict",
     "pinned_manifest",
     "source_statement",
+    "stockade_tool_name",
     "text_output_schema",
     "tool_digest",
+    "tool_unbounded",
 ]
 
 DECLARATION_FORMAT: Final = "stockade.mcp/1"
@@ -249,12 +256,17 @@ class McpDeclaration(_Model):
 class PinnedTool(_Model):
     """One reviewed tool of a pinned source."""
 
-    name: Annotated[str, Field(min_length=1, max_length=128)]  # the server's name for it
-    tool: Name  # the Stockade name: <source>.<name>
+    name: Annotated[str, Field(min_length=1, max_length=128)]  # the server's name (what the host sends)
+    tool: Name  # the Stockade name: <source>.<stockade_tool_name(name)>
     digest: Sha256  # sha256(canonical_json(definition))
     definition: dict[str, Any]  # exactly what the server listed (see tool_digest)
     effect: Effect = Effect.EXTERNAL
     risk: Risk = Risk.HIGH
+    # The schema profile the tool's schemas were checked against (host.schemaprofile).
+    schema_profile: Literal["stockade.schema-profile/external-1"] = PROFILE_EXTERNAL
+    # The reviewer's tighter input schema (``add-mcp --schema TOOL=FILE``): an input must
+    # satisfy it and the server's own; signed with the pin.
+    review_schema: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _digest_matches(self) -> PinnedTool:
@@ -263,19 +275,30 @@ class PinnedTool(_Model):
         return self
 
 
+class RefusedTool(_Model):
+    """A tool the server listed that the pin refused, with every reason (shown by ``inspect``
+    and in the ``TOOL_NOT_FOUND`` of a call to it)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]  # the server's name
+    tool: Annotated[str, Field(max_length=200)]  # the Stockade name it would have had ("" if none)
+    reasons: Annotated[tuple[Annotated[str, Field(max_length=400)], ...], Field(min_length=1, max_length=16)]
+
+
 class McpPin(_Model):
     """A pin file, format ``stockade.mcp-pin/1``. Build with :meth:`from_json`."""
 
     format: Literal["stockade.mcp-pin/1"]
     source: McpDeclaration
     tools: Annotated[tuple[PinnedTool, ...], Field(max_length=128)]
+    refused: Annotated[tuple[RefusedTool, ...], Field(max_length=256)] = ()
 
     @model_validator(mode="after")
     def _namespaced(self) -> McpPin:
         seen: set[str] = set()
         for item in self.tools:
-            if item.tool != f"{self.source.name}.{item.name}":
-                raise ValueError(f"tool {item.name!r} must be pinned as {self.source.name}.{item.name}")
+            expected = f"{self.source.name}.{stockade_tool_name(item.name)}"
+            if item.tool != expected:
+                raise ValueError(f"tool {item.name!r} must be pinned as {expected}")
             if item.tool in seen:
                 raise ValueError(f"tool {item.tool!r} pinned twice")
             seen.add(item.tool)
@@ -353,6 +376,19 @@ def source_statement(name: str, version: str, pin_sha256: str) -> bytes:
     return signed_statement(SOURCE_STATEMENT, {"source": name, "version": version, "pin_sha256": pin_sha256})
 
 
+def stockade_tool_name(remote: str) -> str:
+    """The Stockade name of a server's tool name (deterministic; collisions are refused at pin).
+
+    camelCase is split (``getTinyImage`` → ``get-tiny-image``), letters are lower-cased,
+    every run of characters other than ``[a-z0-9]`` becomes one ``-`` (``read_text_file``
+    → ``read-text-file``, ``a.b`` → ``a-b``), and leading/trailing separators are dropped.
+    The result may still not be a Stockade name (empty, leading digit, over 64
+    characters); :func:`host.manifest.is_name` decides, and the tool is refused if not.
+    """
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", remote[:200])
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
 def namespaces_conflict(a: str, b: str) -> bool:
     """Whether tool names under namespace ``a`` could collide with names under ``b``.
 
@@ -365,14 +401,68 @@ def namespaces_conflict(a: str, b: str) -> bool:
 # --- the synthetic manifest ----------------------------------------------------------------
 
 
+def isolation_text(decl: McpDeclaration) -> str:
+    """What the host can and cannot bound about a source (approval preview, ``inspect``)."""
+    if decl.transport.type == "stdio":
+        return ("a native process, not a sandbox: it may reach anything the host user can (files, network, "
+                "other processes); the host bounds only its environment, working directory, process group, "
+                "call timeout, answer size and concurrent calls")
+    return ("a remote server reached through the egress rules: the host bounds the connection, call timeout, "
+            "answer size and concurrent calls, not what the server does on its side")
+
+
 def text_output_schema(max_bytes: int) -> dict[str, Any]:
-    """The output schema of a tool without ``outputSchema``: its text content, joined."""
+    """The output schema of a tool without ``outputSchema``: its text content, joined, and
+    its other content blocks (image, audio, resource, resource_link), typed, if any."""
+    block = {
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"enum": ["image", "audio", "resource", "resource_link"]},
+            "data": {"type": "string", "maxLength": max_bytes},
+            "mimeType": {"type": "string", "maxLength": 256},
+            "uri": {"type": "string", "maxLength": 4096},
+            "name": {"type": "string", "maxLength": 1024},
+            "title": {"type": "string", "maxLength": 1024},
+            "description": {"type": "string", "maxLength": 4096},
+            "size": {"type": "integer", "minimum": 0},
+            "resource": {"type": "object", "additionalProperties": False, "properties": {
+                "uri": {"type": "string", "maxLength": 4096},
+                "mimeType": {"type": "string", "maxLength": 256},
+                "text": {"type": "string", "maxLength": max_bytes},
+                "blob": {"type": "string", "maxLength": max_bytes},
+            }},
+        },
+        "additionalProperties": False,
+    }
     return {
         "type": "object",
         "additionalProperties": False,
-        "properties": {"text": {"type": "string", "maxLength": max_bytes}},
+        "properties": {
+            "text": {"type": "string", "maxLength": max_bytes},
+            "content": {"type": "array", "maxItems": 256, "items": block},
+        },
         "required": ["text"],
     }
+
+
+def effective_input_schema(tool: PinnedTool) -> Any:
+    """The input schema a call must satisfy: the server's, and the reviewer's tighter one.
+
+    The reviewer's schema joins the server's ``allOf`` at the root, so both apply and the
+    server's local ``$ref`` still resolve (a review schema holds no ``$ref`` of its own).
+    """
+    server = tool.definition.get("inputSchema")
+    if tool.review_schema is None or not isinstance(server, dict):
+        return server
+    review = {k: v for k, v in tool.review_schema.items() if k != "$schema"}
+    return {**server, "allOf": [*server.get("allOf", []), review]}
+
+
+def tool_unbounded(tool: PinnedTool) -> list[str]:
+    """What a pinned tool's input schema leaves open, after the reviewer's tightening."""
+    server = tool.definition.get("inputSchema")
+    return unbounded(server, review=tool.review_schema) if isinstance(server, dict) else []
 
 
 def _spec(source: McpDeclaration, tool: PinnedTool, ceilings: Ceilings) -> dict[str, Any]:
@@ -384,7 +474,8 @@ def _spec(source: McpDeclaration, tool: PinnedTool, ceilings: Ceilings) -> dict[
         "name": tool.tool,
         "version": source.version,
         "description": str(description)[:4096],
-        "input_schema": definition.get("inputSchema"),
+        "schema_profile": tool.schema_profile,
+        "input_schema": effective_input_schema(tool),
         "output_schema": output if output is not None else text_output_schema(ceilings.max_output_bytes),
         "effect": tool.effect.value,
         "risk": tool.risk.value,
@@ -407,7 +498,8 @@ def pinned_manifest(
     """
     doc = {
         "format": "stockade.manifest/1",
-        "package": {"name": source.name, "version": source.version, "description": "MCP source"},
+        "package": {"name": source.name, "version": source.version,
+                    "description": f"MCP source: {isolation_text(source)}"},
         "module": {"file": "module.wasm", "sha256": pin_sha256, "world": "stockade:plugin/tool@1.0.0"},
         "limits": {
             "fuel": 1,
@@ -421,7 +513,7 @@ def pinned_manifest(
         },
         "tools": [_spec(source, tool, ceilings) for tool in tools],
     }
-    return PackageManifest.from_json(canonical_json(doc), ceilings=ceilings)
+    return PackageManifest.from_json(canonical_json(doc), ceilings=ceilings, external_schemas=True)
 
 
 # --- loading from a lock ---------------------------------------------------------------------

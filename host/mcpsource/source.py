@@ -348,9 +348,11 @@ class McpSource:
             if structured is None:
                 raise OutputInvalid(f"MCP tool {tool} pins an output schema but sent no structuredContent")
             return canonical_json(self._scrub.json_value(structured)).decode("utf-8")
-        if any(not isinstance(b, dict) or b.get("type") != "text" for b in content):
-            raise OutputInvalid(f"MCP tool {tool} sent non-text content; only text is passed on")
-        return canonical_json({"text": self._scrub.text(_text(content))}).decode("utf-8")
+        blocks = [_block(tool, b) for b in content if not (isinstance(b, dict) and b.get("type") == "text")]
+        answer: dict[str, Any] = {"text": self._scrub.text(_text(content))}
+        if blocks:
+            answer["content"] = self._scrub.json_value(blocks)
+        return canonical_json(answer).decode("utf-8")
 
     def close(self) -> None:
         """Kill the server's process group. Idempotent."""
@@ -358,6 +360,29 @@ class McpSource:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+_BLOCK_FIELDS: Final = {
+    "image": ("data", "mimeType"), "audio": ("data", "mimeType"),
+    "resource_link": ("uri", "name", "title", "description", "mimeType", "size"), "resource": ("resource",),
+}
+_RESOURCE_FIELDS: Final = ("uri", "mimeType", "text", "blob")
+
+
+def _block(tool: str, block: Any) -> dict[str, Any]:
+    """A non-text content block, typed and reduced to its known fields: passed on as data
+    (base64 stays base64 and counts against the output budget), never decoded, executed or
+    fetched."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind not in _BLOCK_FIELDS:
+        raise OutputInvalid(f"MCP tool {tool} sent a content block of unknown type {str(kind)[:40]!r}")
+    kept = {k: block[k] for k in _BLOCK_FIELDS[kind] if k in block}
+    if kind == "resource":
+        inner = kept.get("resource")
+        if not isinstance(inner, dict):
+            raise OutputInvalid(f"MCP tool {tool} sent an embedded resource without a resource")
+        kept["resource"] = {k: inner[k] for k in _RESOURCE_FIELDS if k in inner}
+    return {"type": kind, **kept}
 
 
 def _text(content: list[Any]) -> str:

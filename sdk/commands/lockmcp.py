@@ -6,30 +6,40 @@ its tools and pins each one — name, description, input and output schema, anno
 — by digest into ``mcp/<name>.json`` next to the lock, as a new lock generation (signed
 with ``--key``). ``--review TOOL=EFFECT[:RISK]`` records the reviewer's effect
 (read, write, external, execute) and risk (low, medium, high) per tool; unreviewed tools
-are ``external``/``high`` (every call asks), and a re-pin keeps earlier reviews. Tools
-whose name or schema leave Stockade's rules are refused and listed. ``--dry-run`` writes
-nothing and shows how the live server differs from the current pin (the rug-pull check
-a host runs at open and at every restart).
+are ``external``/``high`` (every call asks), and a re-pin keeps earlier reviews.
+``--schema TOOL=FILE`` pins a tighter input schema for one tool: a call must satisfy it
+and the server's own. Schemas are checked against the external profile
+(``stockade.schema-profile/external-1``); each pinned tool lists what it leaves
+unbounded. Tools whose name or schema the profile refuses are listed with every reason
+and kept in the pin as refused. The line ``N of M tools pinned`` is always printed; a
+declaration that pins no tool exits 1 and writes nothing. Progress goes to stderr.
+``--dry-run`` writes nothing and shows how the live server differs from the current pin
+(the rug-pull check a host runs at open and at every restart).
 
-Exit codes: 0 pinned (or nothing changed on --dry-run), 1 refused, 3 --dry-run found drift.
+Exit codes: 0 pinned (or nothing changed on --dry-run), 1 refused or no tool pinned,
+3 --dry-run found drift.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from host.errors import ManifestInvalid
+from host.canonical import parse_json
+from host.errors import InputInvalid, ManifestInvalid
 from host.files import read_regular
 from host.manifest import Effect, Risk
-from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin
+from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin, tool_unbounded
 from host.mcpsource.pinning import pin_source
+from host.schemaprofile import MAX_SCHEMA_BYTES
 from sdk.commands._common import (
     DEFAULT_LOCK,
     EXIT_ESCALATION,
     EXIT_OK,
     CommandFailed,
+    UsageFailed,
     add_state_dir,
     cell,
     open_secrets,
@@ -58,6 +68,10 @@ def register_add_mcp(inner: Any) -> None:
         help="the reviewer's effect and risk of one tool (server name), e.g. search=read:low",
     )
     parser.add_argument(
+        "--schema", action="append", default=[], metavar="TOOL=FILE",
+        help="a tighter input schema (JSON file) for one tool (server name), kept in the pin",
+    )
+    parser.add_argument(
         "--key", type=Path, default=None, metavar="KEY.pem", help="sign the entry with this key"
     )
     parser.add_argument(
@@ -84,6 +98,23 @@ def _reviews(items: list[str]) -> dict[str, tuple[Effect, Risk]]:
                 hint="effects: read, write, external, execute; risks: low, medium, high",
             ) from None
     return reviews
+
+
+def _review_schemas(items: list[str]) -> dict[str, dict[str, Any]]:
+    schemas: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, _, file = item.partition("=")
+        if not name or not file:
+            raise UsageFailed("USAGE", f"--schema {item!r}: expected TOOL=FILE")
+        try:
+            value = parse_json(read_regular(Path(file), MAX_SCHEMA_BYTES, what="review schema",
+                                            error=ManifestInvalid), max_bytes=MAX_SCHEMA_BYTES)
+        except InputInvalid as exc:
+            raise UsageFailed("USAGE", f"--schema {item!r}: not strict JSON: {exc.message}") from None
+        if not isinstance(value, dict):
+            raise UsageFailed("USAGE", f"--schema {item!r}: a schema must be a JSON object")
+        schemas[name] = value
+    return schemas
 
 
 def _current_pin(lock_path: Path, name: str) -> McpPin | None:
@@ -118,18 +149,37 @@ def run_add_mcp(args: argparse.Namespace) -> int:
         return EXIT_ESCALATION if rows else EXIT_OK
     reviews = {t.name: (t.effect, t.risk) for t in current.tools} if current is not None else {}
     reviews |= _reviews(args.review)
+    tightened = {t.name: t.review_schema for t in current.tools if t.review_schema is not None} \
+        if current is not None else {}
+    tightened |= _review_schemas(args.schema)
     try:
-        result = pin_source(decl, state_dir=root, secrets=secrets, review=reviews)
+        result = pin_source(decl, state_dir=root, secrets=secrets, review=reviews, review_schemas=tightened,
+                            progress=lambda text: print(f"stockade: {text}", file=sys.stderr, flush=True))
     except ValueError as exc:
         raise CommandFailed("USAGE", str(exc)) from None
+    refused = [r.model_dump(mode="json") for r in result.refused]
+    if not result.pin.tools:
+        reasons = "; ".join(f"{r['name']}: {' / '.join(r['reasons'])}" for r in refused[:8])
+        raise CommandFailed(
+            "MCP_NO_TOOLS",
+            f"{result.summary()}: MCP source {decl.name} pins no tool, nothing was written"
+            + (f" ({reasons})" if reasons else " (the server lists no tools)"),
+            hint="See every reason with --json. The server's own schemas must fit the external profile "
+                 "(README, External MCP servers); --schema can tighten a schema, never loosen one.",
+        )
     key = load_key(args.key) if args.key else None
     update = add_mcp(args.lock, result.pin, private_key=key)
-    tools = [{"tool": t.tool, "effect": t.effect.value, "risk": t.risk.value, "digest": t.digest}
+    tools: list[dict[str, Any]] = [
+             {"tool": t.tool, "remote": t.name, "effect": t.effect.value, "risk": t.risk.value,
+              "digest": t.digest, "schema_profile": t.schema_profile,
+              "tightened": t.review_schema is not None,
+              "unbounded": tool_unbounded(t)}
              for t in result.pin.tools]
     if args.json:
         print_json({"ok": True, "lock": str(update.path), "generation": update.generation,
                     "digest": update.digest, "entry": update.entry.model_dump(mode="json"),
-                    "tools": tools, "refused": list(result.refused)})
+                    "summary": result.summary(), "pinned": len(result.pin.tools), "listed": result.listed,
+                    "tools": tools, "refused": refused})
         return EXIT_OK
     console = stdout_console()
     console.print(f"pinned MCP source {cell(decl.name)}@{decl.version}: {update.path} is now "
@@ -137,9 +187,14 @@ def run_add_mcp(args: argparse.Namespace) -> int:
     console.print(f"  pin       {update.entry.pin} (sha256 {update.entry.pin_sha256})")
     console.print(f"  signed    {'by key ' + update.entry.key_id if update.entry.key_id else 'no'}")
     for t in tools:
-        console.print(f"  tool      {cell(t['tool'])}  effect {t['effect']}, risk {t['risk']}")
-    for r in result.refused:
-        console.print(f"  [yellow]refused[/]   {cell(r['name'])}: {cell(r['reason'])}")
+        console.print(f"  tool      {cell(t['tool'])} (server: {cell(t['remote'])})  effect {t['effect']}, "
+                      f"risk {t['risk']}{', tightened schema' if t['tightened'] else ''}")
+        for line in t["unbounded"]:
+            console.print(f"              [dim]unbounded[/] {cell(line)}")
+    for r in refused:
+        for reason in r["reasons"]:
+            console.print(f"  [yellow]refused[/]   {cell(r['name'])}: {cell(reason)}")
+    console.print(result.summary())
     return EXIT_OK
 
 
@@ -175,9 +230,15 @@ def render_mcp_source(source: dict[str, Any], console: Any) -> None:
         console.print(f"secret {cell(s['secret'])} → {cell(s['delivered_as'])}")
     limits = ", ".join(f"{k}={v}" for k, v in source["limits"].items())
     console.print(f"limits: {cell(limits)}")
+    console.print(f"isolation: {cell(source['isolation'])}")
     table = Table(title="pinned tools", title_justify="left", show_lines=True)
-    for column in ("tool", "effect", "risk", "digest", "description"):
+    for column in ("tool", "server name", "effect", "risk", "digest", "unbounded", "description"):
         table.add_column(column, overflow="fold")
     for t in source["tools"]:
-        table.add_row(cell(t["name"]), t["effect"], t["risk"], t["digest"][:16], cell(t["description"]))
+        table.add_row(cell(t["name"]), cell(t["remote"]), t["effect"], t["risk"], t["digest"][:16],
+                      cell("\n".join(t["unbounded"]) or "-"), cell(t["description"]))
     console.print(table)
+    console.print(f"{len(source['tools'])} of {len(source['tools']) + len(source['refused'])} tools pinned")
+    for r in source["refused"]:
+        for reason in r["reasons"]:
+            console.print(f"[yellow]refused[/] {cell(r['name'])}: {cell(reason)}")

@@ -236,8 +236,10 @@ def _locked(args: argparse.Namespace) -> tuple[Any, str]:
     )
     key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
     offered = []
-    for package in loaded.packages:
-        for tool in package.manifest.tools:
+    manifests = [package.manifest for package in loaded.packages]
+    manifests += [source.manifest for source in _pinned_sources(args, loaded)]  # MCP-source tools too
+    for manifest in manifests:
+        for tool in manifest.tools:
             if (tool.name, tool.version) == (name, version):
                 definition = loaded.registry().get(name, version)
                 return tool, package_binding(definition, key_id=key_ids.get(package.manifest.package.name))
@@ -245,6 +247,19 @@ def _locked(args: argparse.Namespace) -> tuple[Any, str]:
     raise ToolNotFound(
         f"no tool {name}@{version} in {args.lock}",
         hint=f"tools in the lock: {', '.join(offered) or 'none'}",
+    )
+
+
+def _pinned_sources(args: argparse.Namespace, loaded: Any) -> Any:
+    """The lock's verified MCP sources (pins checked against the lock, signatures as configured)."""
+    from host.config import DEFAULT_CEILINGS
+    from host.lock import TrustedKeys
+    from host.mcpsource.pin import load_pinned_sources
+
+    keys = TrustedKeys.load(args.trusted_keys) if args.trusted_keys is not None else None
+    return load_pinned_sources(
+        Path(args.lock), loaded.lock.mcp, ceilings=DEFAULT_CEILINGS,
+        require_signatures=bool(args.require_signatures) and not signatures_waived(args), keys=keys,
     )
 
 

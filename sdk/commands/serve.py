@@ -42,6 +42,7 @@ from typing import Any
 
 from host import FilePolicyEngine, Host, Principal
 from host.audit import AuditLog
+from host.runtime.models import ProgressEvent
 from sdk.commands._common import (
     EXIT_OK,
     UsageFailed,
@@ -252,11 +253,23 @@ def _verifier(args: argparse.Namespace) -> Any:
 def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: Any) -> Host:
     """Open (or reopen, on reload) the host; the audit log or the shared store (``--store
     postgresql://…``) stays open across generations."""
-    return Host.open(
+    # Say what start-up is doing on stderr, so a client's connect timeout is not spent in silence.
+    print(f"stockade serve: opening {args.lock} (compiling packages, starting pinned MCP servers)",
+          file=sys.stderr, flush=True)
+    host = Host.open(
         args.lock,
         config=_host_config(args, root),
         secrets=open_secrets(root),
         policy=FilePolicyEngine(root / "policy.json"),
         audit=audit,
         store=store,
+        progress=_say_progress,
     )
+    print(f"stockade serve: ready, {len(host.registry)} tools", file=sys.stderr, flush=True)
+    return host
+
+
+def _say_progress(event: ProgressEvent) -> None:
+    if event.stage == "compiling":
+        print(f"stockade serve: compiling package {event.name} ({event.done + 1} of {event.total}; "
+              "the first start may take a minute, later starts use the cache)", file=sys.stderr, flush=True)

@@ -51,8 +51,8 @@ def test_changed_server_shows_drift_and_repin_shows_in_diff(tmp_path: Path) -> N
     env = cli_env()
     base = ("--state-dir", str(state))
     assert run_cli("lock", "add-mcp", str(decl), "--review", "echo=read:low", *base, cwd=tmp_path, env=env).returncode == 0
+    # a saved copy of the lock is enough: pins are content-addressed
     shutil.copy(tmp_path / "stockade.lock", tmp_path / "old.lock")
-    shutil.copytree(tmp_path / "mcp", tmp_path / "old-mcp")
     (tmp_path / "behaviour.json").write_text(json.dumps({"echo_description": POISON}))
     dry = run_cli("lock", "add-mcp", str(decl), "--dry-run", "--json", *base, cwd=tmp_path, env=env)
     assert dry.returncode == 3, dry.stderr
@@ -60,12 +60,8 @@ def test_changed_server_shows_drift_and_repin_shows_in_diff(tmp_path: Path) -> N
     assert (drift["tool"], drift["change"], drift["live"]["description"]) == ("echo", "changed", POISON)
     repin = run_cli("lock", "add-mcp", str(decl), *base, cwd=tmp_path, env=env)
     assert repin.returncode == 0, repin.stderr
-    # diff needs both pins: the old lock's pin lives at mcp/test.json, so diff from a copy
-    old_dir = tmp_path / "old"
-    old_dir.mkdir()
-    shutil.copy(tmp_path / "old.lock", old_dir / "stockade.lock")
-    shutil.copytree(tmp_path / "old-mcp", old_dir / "mcp")
-    diff = run_cli("diff", str(old_dir / "stockade.lock"), "stockade.lock", "--json", cwd=tmp_path, env=env)
+    assert len(list((tmp_path / "mcp").iterdir())) == 2  # the new pin is written beside the old one
+    diff = run_cli("diff", "old.lock", "stockade.lock", "--json", cwd=tmp_path, env=env)
     assert diff.returncode == 3, diff.stderr
     changes = json.loads(diff.stdout)["changes"]
     described = [c for c in changes if c["kind"] == "mcp.tool.definition"]

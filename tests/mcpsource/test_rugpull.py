@@ -91,19 +91,31 @@ def test_hand_edited_lock_with_shadowing_source_is_refused(world: McpWorld) -> N
         read_lock(world.lock)
 
 
-def test_server_tool_names_outside_the_rules_are_refused_at_pin(world: McpWorld) -> None:
+def test_server_tool_names_are_mapped_and_colliding_or_unmappable_names_refused_at_pin(world: McpWorld) -> None:
     live = [
+        {"name": "getTinyImage", "description": "x", "inputSchema": {"type": "object"}},
+        {"name": "read_text_file", "description": "x", "inputSchema": {"type": "object", "properties": {}}},
         {"name": "Bad Name", "description": "x", "inputSchema": {"type": "object"}},
-        {"name": "loose", "description": "x", "inputSchema": {"type": "object", "properties": {}}},
+        {"name": "bad-name", "description": "x", "inputSchema": {"type": "object"}},
+        {"name": "$$$", "description": "x", "inputSchema": {"type": "object"}},
         {"name": "dup", "description": "x", "inputSchema": {}}, {"name": "dup", "description": "y"},
     ]
     result = pin_tools(world.pinned.pin.source, live, review={})
-    assert result.pin.tools == ()
-    assert [r["name"] for r in result.refused] == ["Bad Name", "loose", "dup", "dup"]
+    assert {(t.name, t.tool) for t in result.pin.tools} == {
+        ("getTinyImage", "test.get-tiny-image"), ("read_text_file", "test.read-text-file"),
+    }
+    reasons = {r.name: r.reasons for r in result.refused}
+    assert set(reasons) == {"Bad Name", "bad-name", "$$$", "dup"}
+    assert all("both map to test.bad-name" in r[0] for r in (reasons["Bad Name"], reasons["bad-name"]))
+    assert "not a Stockade tool name" in reasons["$$$"][0]
+    # every problem, not only the first: listed twice, and an input schema that is not an object root
+    assert reasons["dup"][0] == "listed more than once by the server"
+    assert "root-object" in reasons["dup"][1]
+    assert result.summary() == "2 of 7 tools pinned" and result.pin.refused == result.refused
 
 
 def test_pin_file_swapped_after_locking_is_refused(world: McpWorld) -> None:
-    pin_path = world.root / "mcp" / "test.json"
+    pin_path = world.root / json.loads(world.lock.read_text())["mcp"][0]["pin"]
     doc = json.loads(pin_path.read_text())
     doc["tools"][0]["effect"] = "read"
     doc["tools"][0]["risk"] = "low"
