@@ -61,8 +61,8 @@ from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
-from host.text import has_unsafe
 from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
+from host.text import has_unsafe
 
 if TYPE_CHECKING:
     from host.store.port import GrantPort

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, final
+from typing import Any, Final, final
 
 from host.canonical import canonical_json
 from host.config import DEFAULT_CEILINGS, Ceilings
@@ -203,6 +203,9 @@ def pin_source(
     return _without_secrets(result, scrub)
 
 
+_LEAK_REASON: Final = "its definition holds a secret the server was given"
+
+
 def _without_secrets(result: PinResult, scrub: Redactor) -> PinResult:
     """Refuse every tool whose definition holds a secret the server was given (a pin is
     shown to reviewers and written to the lock); scrub what the refusals quote."""
@@ -210,11 +213,14 @@ def _without_secrets(result: PinResult, scrub: Redactor) -> PinResult:
         return result
     kept = tuple(t for t in result.pin.tools if scrub.json_value(dict(t.definition)) == t.definition)
     leaked = tuple(
-        RefusedTool(name=scrub.text(t.name), tool=t.tool, reasons=("its definition holds a secret the server was given",))
-        for t in result.pin.tools if t not in kept
+        RefusedTool(name=scrub.text(t.name), tool=t.tool, reasons=(_LEAK_REASON,))
+        for t in result.pin.tools
+        if t not in kept
     )
     refused = tuple(
-        RefusedTool(name=scrub.text(r.name), tool=scrub.text(r.tool), reasons=tuple(scrub.text(x) for x in r.reasons))
+        RefusedTool(
+            name=scrub.text(r.name), tool=scrub.text(r.tool), reasons=tuple(map(scrub.text, r.reasons))
+        )
         for r in result.refused
     )
     everything = (*refused, *leaked)

@@ -227,6 +227,7 @@ def _locked(args: argparse.Namespace) -> tuple[Any, str]:
     """The locked ToolSpec named by ``args.tool`` and its binding digest
     (:mod:`host.policy.bindings`: what the tool can reach and the key that signed it)."""
     from host.errors import ToolNotFound
+    from host.mcpsource.hosting import binding_digests
     from host.policy.bindings import package_binding
 
     name, version = _split_tool(args.tool)
@@ -236,13 +237,18 @@ def _locked(args: argparse.Namespace) -> tuple[Any, str]:
     )
     key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
     offered = []
-    manifests = [package.manifest for package in loaded.packages]
-    manifests += [source.manifest for source in _pinned_sources(args, loaded)]  # MCP-source tools too
-    for manifest in manifests:
-        for tool in manifest.tools:
+    for package in loaded.packages:
+        for tool in package.manifest.tools:
             if (tool.name, tool.version) == (name, version):
                 definition = loaded.registry().get(name, version)
                 return tool, package_binding(definition, key_id=key_ids.get(package.manifest.package.name))
+            offered.append(f"{tool.name}@{tool.version}")
+    sources = _pinned_sources(args, loaded)  # MCP-source tools too, bound to their transport and pin
+    source_bindings = binding_digests(sources)
+    for source in sources:
+        for tool in source.manifest.tools:
+            if (tool.name, tool.version) == (name, version):
+                return tool, source_bindings[(name, version)]
             offered.append(f"{tool.name}@{tool.version}")
     raise ToolNotFound(
         f"no tool {name}@{version} in {args.lock}",
