@@ -152,9 +152,11 @@ class _StoreOnCommandLine(argparse.Action):
 
 
 def _refuse_password_on_command_line(args: argparse.Namespace) -> None:
+    if not getattr(args, "store_on_command_line", False):
+        return  # host.store imports the approval queue and policy: only pay for it when asked
     from host.store import dsn_has_password
 
-    if getattr(args, "store_on_command_line", False) and dsn_has_password(args.store or ""):
+    if dsn_has_password(args.store or ""):
         raise UsageFailed(
             "STORE_PASSWORD_ON_COMMAND_LINE",
             "--store names a database password on the command line, where any user of this "

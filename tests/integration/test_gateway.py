@@ -98,7 +98,10 @@ def audit_records(fx: HostFixture) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("project", "subject"),
-    [("p", "alice"), ("pé\u2028", 'x"y\\z\x00'), ("\ue000", "\U0001f600")],
+    # Control, zero-width and bidi characters are refused at the envelope (Principal), so the
+    # escapes case holds what JSON must still escape or keep verbatim: quotes, backslashes,
+    # slashes, non-ASCII letters.
+    [("p", "alice"), ('pé"\\', 'x"y\\z/'), ("\ue000", "\U0001f600")],
     ids=["ascii", "escapes", "high-code-points"],
 )
 def test_action_digest_is_sha256_of_the_canonical_action_document(

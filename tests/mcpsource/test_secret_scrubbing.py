@@ -112,5 +112,7 @@ def test_pinning_a_server_quoting_its_secret_scrubs_the_error_and_refuses_the_to
     world.behave(leak_in_description=True)  # the secret in a tool description
     result = pin_source(decl, state_dir=world.root / "pin-3", secrets=world.secrets, review=REVIEW)
     assert "echo" not in {t.name for t in result.pin.tools}
-    assert {"name": "echo", "reason": "its definition holds a secret the server was given"} in result.refused
+    assert ("echo", ("its definition holds a secret the server was given",)) in {
+        (r.name, r.reasons) for r in result.refused
+    }
     assert_scrubbed(str(result), TOKEN)
