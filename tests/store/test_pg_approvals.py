@@ -167,3 +167,30 @@ def test_approver_key_readable_by_others_refused(tmp_path: Path) -> None:
         ApproverKey.load(path)
     assert "chmod 600" in (caught.value.hint or "")
 
+
+
+def test_pg_cli_approve_signs_with_the_configured_approver_key(
+    pg_dsn: str, plans: dict[str, InvocationPlan], tmp_path: Path  # noqa: F811
+) -> None:
+    """``stockade approvals approve --store …`` without ``approver_key`` is refused and
+    leaves the row pending; with it, the decision carries an approval a redeem-only host
+    verifies."""
+    from tests.support.cli import cli_env, run_cli  # noqa: PLC0415
+
+    plan = plans["s1"]
+    principal = plan.request.principal
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    env = cli_env(STOCKADE_STORE=pg_dsn, STOCKADE_HOME=str(home))
+    trusted = TrustedKeys({APPROVER.key_id: APPROVER.public_bytes})
+    with PostgresStore(pg_dsn, trusted_approver_keys=trusted) as host:
+        host.pending.request(plan, summary="{}")
+        refused = run_cli("approvals", "approve", plan.action_digest, cwd=tmp_path, env=env, timeout=120)
+        assert refused.returncode != 0 and "APPROVER_KEY_MISSING" in refused.stderr
+        assert host.pending.entries()[0].status == "pending"
+        write_approver_config(home)
+        approved = run_cli("approvals", "approve", plan.action_digest, cwd=tmp_path, env=env, timeout=120)
+        assert approved.returncode == 0, approved.stderr
+        status, entry = host.pending.redeem(plan.action_digest, project=principal.project, subject=principal.subject)
+        assert status == "approved" and entry is not None and entry.approval is not None
+        host.approvals.redeem(plan, entry.approval)
