@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
 from host.errors import ApprovalInvalid, ApprovalQueueFull
-from host.plan import InvocationPlan
+from host.plan import Approval, InvocationPlan
 
 __all__ = [
     "FORMAT",
@@ -96,6 +96,10 @@ class PendingApproval(BaseModel):
     status: Status = "pending"
     decided_at: float | None = None
     decided_by: str | None = Field(default=None, max_length=256)
+    # Shared stores only (host.store.pending): the session the action was queued from,
+    # and, once approved, the approver-signed approval the retried call redeems.
+    session: str | None = Field(default=None, max_length=256)
+    approval: Approval | None = None
 
 
 class _File(BaseModel):

@@ -123,6 +123,12 @@ class HostConfig:
             by one of them (SIGNATURE_INVALID otherwise); see host.lock.
         admin_policy_dir: directory of the administrator's managed policy cap; if it is
             named but unreadable, every tool is disabled (fail closed).
+        approver_key_file: the approver private key (a ``stockade keygen`` PEM, mode
+            0600) a host that approves in-band signs approvals with on a shared
+            (PostgreSQL) store (:mod:`host.approverkey`); unused by the local store.
+        trusted_approver_keys_file: ``stockade.keys/1`` file of the approver public keys
+            a host verifies approvals against on a shared store. Without either, an
+            approval there fails closed (APPROVER_KEY_MISSING).
         extra_ca_file: PEM bundle added to the system trust store for egress TLS.
         unsafe_allow_loopback: TEST ONLY. Lets egress reach loopback addresses (and
             only those, besides public ones). A manifest cannot set it; using it logs a
@@ -162,6 +168,8 @@ class HostConfig:
     trusted_keys_file: Path | None = None
     trusted_operator_keys_file: Path | None = None
     admin_policy_dir: Path | None = None
+    approver_key_file: Path | None = None
+    trusted_approver_keys_file: Path | None = None
     extra_ca_file: Path | None = None
     unsafe_allow_loopback: bool = False
     unsafe_allow_unsigned: bool = False

@@ -19,6 +19,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ApprovalInvalid           APPROVAL_INVALID        approval absent, used, expired or for another action
     ├── ApprovalDenied            APPROVAL_DENIED         a person declined (or dismissed) the approval
     ├── ApprovalQueueFull         APPROVAL_QUEUE_FULL     the principal (or the queue) is at its pending bound
+    ├── ApproverKeyMissing        APPROVER_KEY_MISSING    no approver key configured for a shared store
     ├── Busy                      BUSY                    serve or an MCP source is at its concurrency cap
     ├── CallCancelled             CANCELLED               the caller cancelled the call; the guest was stopped
     ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
@@ -69,6 +70,7 @@ __all__ = [
     "ApprovalInvalid",
     "ApprovalQueueFull",
     "ApprovalRequired",
+    "ApproverKeyMissing",
     "ArtifactInvalid",
     "AuditUnavailable",
     "BundleMissing",
@@ -222,6 +224,18 @@ class ApprovalInvalid(StockadeError):
 
     code = "APPROVAL_INVALID"
     default_hint = "Prepare the call again and obtain a fresh approval."
+
+
+class ApproverKeyMissing(StockadeError):
+    """An approval on a shared (PostgreSQL) store needs an approver key and none is
+    configured: the approver's private key to approve, trusted approver public keys to
+    redeem. Fails closed; never falls back to trusting the database's rows."""
+
+    code = "APPROVER_KEY_MISSING"
+    default_hint = (
+        "Set `approver_key` (to approve) or `trusted_approver_keys` (to redeem) in the "
+        "[host] table of stockade.host.toml (docs/design.md §13, approvals)."
+    )
 
 
 class ApprovalDenied(StockadeError):

@@ -15,6 +15,8 @@ One place for what every host command would otherwise repeat (issue 13, item 1; 
     store = "local"                          # state-store backend: "local" or a postgresql:// URL
     audit = ".stockade/audit.log"            # default: <state_dir>/audit.log
     admin_policy_dir = "/etc/stockade/admin" # managed cap (cap.json); optional
+    approver_key = "approver.pem"            # postgresql store, hosts that approve: signs approvals (0600)
+    trusted_approver_keys = "approver-keys.json"  # postgresql store: approver public keys (stockade.keys/1)
 
     [[workspace]]                            # optional, repeatable: fs.* host tools (host.tools)
     root = "/srv/projects/p"                 # the directory granted; opened as an fd at Host.open
@@ -77,7 +79,10 @@ FILE_NAME: Final = "stockade.host.toml"
 CONFIG_ENV: Final = "STOCKADE_CONFIG"
 MAX_FILE_BYTES: Final = 64 * 1024  # bytes; a larger config file is refused
 
-_PATHS: Final = ("state_dir", "lock", "trusted_keys", "trusted_operator_keys", "audit", "admin_policy_dir")
+_PATHS: Final = (
+    "state_dir", "lock", "trusted_keys", "trusted_operator_keys", "audit", "admin_policy_dir",
+    "approver_key", "trusted_approver_keys",
+)  # fmt: skip
 _STORE_SCHEMES: Final = ("postgresql://", "postgres://")
 
 
@@ -93,6 +98,10 @@ class HostFile:
         require_signatures: refuse unsigned packages.
         unsafe_allow_unsigned: accept unsigned packages although trusted keys are set.
         store: the state-store backend (``"local"`` or a PostgreSQL URL).
+        approver_key: the approver private key that signs approvals on a PostgreSQL
+            store (hosts that approve in-band; ``stockade approvals approve``).
+        trusted_approver_keys: the approver public keys (``stockade.keys/1``) approvals
+            on a PostgreSQL store are verified against.
     """
 
     path: Path
@@ -105,6 +114,8 @@ class HostFile:
     store: str | None = None
     audit: Path | None = None
     admin_policy_dir: Path | None = None
+    approver_key: Path | None = None
+    trusted_approver_keys: Path | None = None
     workspaces: tuple[Mapping[str, Any], ...] = ()  # [[workspace]] tables, checked, root absolute
 
 

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.errors import (
@@ -139,7 +139,18 @@ class Approval(BaseModel):
     session: str
     expires_at: float = Field(allow_inf_nan=False)
     nonce: str = Field(pattern=r"^[0-9a-f]{32}$")
-    mac: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # Exactly one authenticator: ``mac`` (the local store's per-process key) or
+    # ``signature`` + ``key_id`` (an approver key, stockade/approval@1: shared stores).
+    mac: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    signature: str | None = Field(default=None, pattern=r"^[A-Za-z0-9+/]{86}==$")
+    key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
+
+    @model_validator(mode="after")
+    def _one_authenticator(self) -> Approval:
+        signed = self.signature is not None and self.key_id is not None
+        if (self.signature is None) != (self.key_id is None) or (self.mac is None) == (not signed):
+            raise ValueError("an approval carries either a mac, or a signature and its key_id")
+        return self
 
 
 class CallRequest(BaseModel):
@@ -649,8 +660,8 @@ class ApprovalAuthority:
             ValueError: ``now`` is not finite (caller misuse).
         """
         reference = reference_time(now)
-        fields = approval.model_dump(exclude={"mac"})
-        ok = hmac.compare_digest(self._mac(fields), approval.mac)
+        fields = approval.model_dump(exclude={"mac", "signature", "key_id"})
+        ok = approval.mac is not None and hmac.compare_digest(self._mac(fields), approval.mac)
         ok &= approval_binds(plan, approval, reference)
         with self._lock:
             self._forget_expired(reference)

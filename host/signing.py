@@ -15,7 +15,9 @@ Definitions (stable; authors' tools and reviewers rely on them):
   - ``"stockade/audit-checkpoint@1"``: audit checkpoints (:mod:`host.audit`, signed by
     the host's audit key);
   - ``"stockade/mcp-source@1"``: an external MCP source's pin
-    (:func:`host.mcpsource.pin.source_statement`).
+    (:func:`host.mcpsource.pin.source_statement`);
+  - ``"stockade/approval@1"``: a person's approval of one action on a shared store
+    (:func:`host.approverkey.approval_statement`), made by an approver key.
 
   Because the tag is inside the signed bytes, a signature made for one purpose never
   verifies as another (issue 9.5 d), even when one key is trusted for both.
@@ -44,6 +46,7 @@ from typing import Annotated, Any, Final, Literal, final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import read_regular
@@ -52,6 +55,7 @@ from host.errors import InputInvalid, LockInvalid, SignatureInvalid
 
 __all__ = [
     "KEYS_FORMAT",
+    "STATEMENT_APPROVAL",
     "STATEMENT_AUDIT_CHECKPOINT",
     "STATEMENT_LOCK",
     "STATEMENT_PACKAGE",
@@ -73,8 +77,9 @@ STATEMENT_PACKAGE: Final = "stockade/package@1"
 STATEMENT_LOCK: Final = "stockade/lock@1"
 STATEMENT_AUDIT_CHECKPOINT: Final = "stockade/audit-checkpoint@1"
 STATEMENT_MCP_SOURCE: Final = "stockade/mcp-source@1"
+STATEMENT_APPROVAL: Final = "stockade/approval@1"
 STATEMENT_TAGS: Final = frozenset(
-    {STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT, STATEMENT_MCP_SOURCE}
+    {STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT, STATEMENT_MCP_SOURCE, STATEMENT_APPROVAL}
 )
 """Every domain tag a Stockade signature may carry (DESIGN §12); others are refused."""
 
@@ -270,6 +275,12 @@ class TrustedKeys:
 
     def __contains__(self, key_id: object) -> bool:
         return key_id in self._keys
+
+    def raw_keys(self) -> dict[str, bytes]:
+        """Key id → raw 32-byte public key (to extend a set: ``TrustedKeys({**a.raw_keys(), …})``)."""
+        return {
+            key_id: key.public_bytes(Encoding.Raw, PublicFormat.Raw) for key_id, key in self._keys.items()
+        }
 
     def __len__(self) -> int:
         return len(self._keys)

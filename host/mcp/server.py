@@ -77,7 +77,7 @@ from host.errors import (
 )
 from host.gateway import CallResult, ErrorInfo, Host, ProgressHook
 from host.mcp.state import RequestStates
-from host.plan import CallRequest, InvocationPlan, Principal
+from host.plan import Approval, CallRequest, InvocationPlan, Principal
 from host.registry import ToolDefinition
 from host.store.pending import PendingApprovalPort
 from host.text import escape_unsafe
@@ -503,10 +503,17 @@ class StockadeMCP:
         return await self._run_approved(host, plan, channel, hook)
 
     async def _run_approved(
-        self, host: Host, plan: InvocationPlan, channel: str, hook: ProgressHook | None
+        self,
+        host: Host,
+        plan: InvocationPlan,
+        channel: str,
+        hook: ProgressHook | None,
+        *,
+        approval: Approval | None = None,
     ) -> types.CallToolResult:
         host.record_approval(plan, "granted", channel=channel)
-        approval = host.approve(plan)
+        if approval is None:
+            approval = host.approve(plan)
         return _call_result(await self._in_thread(functools.partial(host.execute, plan, approval), hook))
 
     def _input_required(self, host: Host, plan: InvocationPlan) -> types.InputRequiredResult:
@@ -522,11 +529,14 @@ class StockadeMCP:
         self, host: Host, plan: InvocationPlan, hook: ProgressHook | None
     ) -> types.CallToolResult:
         principal = plan.request.principal
-        status, _entry = self._queue.redeem(
+        status, entry = self._queue.redeem(
             plan.action_digest, project=principal.project, subject=principal.subject
         )
         if status == "approved":
-            return await self._run_approved(host, plan, "queue", hook)
+            # A shared store's decision carries the approver-signed approval; it is what
+            # the call redeems (this host never signs one for a row it merely read).
+            signed = entry.approval if entry is not None else None
+            return await self._run_approved(host, plan, "queue", hook, approval=signed)
         if status == "denied":
             host.record_approval(plan, "denied", channel="queue")
             return _error_result(ApprovalDenied(f"a person denied {plan.tool}"), digest=plan.action_digest)

@@ -19,7 +19,11 @@ of :mod:`host.audit`), ``approvals`` (single-use, ``consumed_at``), ``rate_bucke
 document per scope). Version 2: ``pending_approvals`` (the queue of actions waiting for
 a person, one row per action digest and principal). Version 3: ``audit_chains`` gains
 ``checkpoint_seq`` and ``checkpoint_at`` (the chain's last signed checkpoint: its ``seq``
-and when it was written, on the database's clock).
+and when it was written, on the database's clock). Version 4: ``approval_nonces`` (the
+nonce of every redeemed approval, primary key, kept a day past its expiry): approvals are
+signed by an approver key (:mod:`host.approverkey`), and a row re-armed in ``approvals``
+is refused because its nonce is already here; ``approvals.mac`` now holds the approver's
+Ed25519 signature.
 """
 
 from __future__ import annotations
@@ -103,6 +107,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE audit_chains
         ADD COLUMN checkpoint_seq bigint NOT NULL DEFAULT 0 CHECK (checkpoint_seq >= 0),
         ADD COLUMN checkpoint_at timestamptz NOT NULL DEFAULT now();
+    """,
+    # 4: redeemed approval nonces (host.store.postgres.PgApprovals): approvals are signed
+    # statements; a re-armed row is refused because its nonce is recorded here. Approvals
+    # issued before (MAC rows) can no longer be redeemed: drop them.
+    """
+    CREATE TABLE approval_nonces (
+        nonce text PRIMARY KEY,
+        redeemed_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz NOT NULL
+    );
+    CREATE INDEX approval_nonces_expires_at ON approval_nonces (expires_at);
+    DELETE FROM approvals;
     """,
 )
 

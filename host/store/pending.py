@@ -7,10 +7,19 @@ errors — in the ``pending_approvals`` table, so an action queued by one MCP se
 listed and decided from any machine (``stockade approvals --store …``) and redeemed once
 by whichever server sees the retry. Each method is one transaction; ``decide`` and
 ``redeem`` lock the rows they read (``FOR UPDATE`` / ``DELETE … RETURNING``).
+
+A row's ``status`` proves nothing (the database is outside the trust boundary for
+approvals, :mod:`host.approverkey`): approving signs a ``stockade/approval@1`` approval
+with the approver key of whoever decides and stores it in the entry (and its row in
+``approvals``); :meth:`PgPendingApprovals.redeem` answers ``"approved"`` only for an
+entry whose approval verifies against the trusted approver keys and names this digest
+and principal, and the retried call then redeems that very approval (nonce, single use).
+An entry edited to ``approved`` without one is refused (APPROVAL_INVALID).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,10 +31,12 @@ from host.approvals import (
     Redemption,
     check_pending_bounds,
 )
-from host.errors import ApprovalInvalid
+from host.approverkey import ApproverKey, sign_approval, trusted_with, verify_approval
+from host.errors import ApprovalInvalid, ApproverKeyMissing
 
 if TYPE_CHECKING:
     from host.plan import InvocationPlan
+    from host.signing import TrustedKeys
     from host.store._pg import Conn, Database
 
 __all__ = ["PendingApprovalPort", "PgPendingApprovals"]
@@ -69,11 +80,24 @@ class PgPendingApprovals:
         db: the store's connection pool.
         ttl_s: how long an entry lives after it was queued.
         clock: the time source of ``requested_at`` / ``expires_at`` (Unix seconds).
+        approver: the approver private key that signs approve decisions (``None``: an
+            approve decision fails closed with APPROVER_KEY_MISSING; deny still works).
+        trusted: the approver public keys an approved entry is verified against.
     """
 
-    def __init__(self, db: Database, *, ttl_s: float = DEFAULT_TTL_S, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        clock: Any = time.time,
+        approver: ApproverKey | None = None,
+        trusted: TrustedKeys | None = None,
+    ) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
+        self._approver = approver
+        self._trusted = trusted_with(trusted, approver)
         self._db = db
         self._ttl = ttl_s
         self._clock = clock
@@ -104,6 +128,7 @@ class PgPendingApprovals:
             tool=plan.tool, version=plan.version, generation=preview.generation, effect=preview.effect,
             risk=preview.risk, hosts=preview.hosts, secrets=preview.secrets,
             summary=summary[:MAX_SUMMARY_CHARS], requested_at=now, expires_at=now + self._ttl,
+            session=plan.request.session,
         )
 
         def op(conn: Conn) -> PendingApproval:
@@ -149,10 +174,21 @@ class PgPendingApprovals:
     ) -> PendingApproval:
         """Approve or deny the pending entry of ``digest`` (optionally naming its principal).
 
+        Approving signs the entry's approval with this store's approver key.
+
         Raises:
-            ApprovalInvalid: no single pending, unexpired entry matches.
+            ApproverKeyMissing: ``approve`` and no approver key is configured.
+            ApprovalInvalid: no single pending, unexpired entry matches (or one queued
+                without a session, before approvals were signed: queue it again).
             StoreUnavailable: the database failed.
         """
+        if approve and self._approver is None:
+            raise ApproverKeyMissing(
+                "approving on the shared store signs the decision with an approver key, "
+                "and none is configured here",
+                hint="Set `approver_key` in the [host] table of stockade.host.toml on the "
+                "machine you approve from (a `stockade keygen` key, mode 0600).",
+            )
 
         def op(conn: Conn) -> PendingApproval:
             with conn.transaction():
@@ -173,6 +209,8 @@ class PgPendingApprovals:
                     "decided_at": self._clock(),
                     "decided_by": by[:256],
                 })
+                if approve:
+                    entry = self._signed(conn, entry)
                 conn.execute(
                     "UPDATE pending_approvals SET entry = %s, status = %s WHERE action_digest = %s "
                     "AND project = %s AND subject = %s",
@@ -182,10 +220,47 @@ class PgPendingApprovals:
 
         return self._db.run(op, what="decide a pending approval", idempotent=False)
 
+    def _signed(self, conn: Conn, entry: PendingApproval) -> PendingApproval:
+        """``entry`` with its approver-signed approval, whose row is inserted in ``conn``."""
+        from host.store.postgres import record_approval  # noqa: PLC0415 - postgres imports this module
+
+        if self._approver is None or entry.session is None:
+            raise ApprovalInvalid(
+                f"the queued action {entry.action_digest[:64]} has no session to bind an approval to",
+                hint="It was queued before approvals were signed; let the call be queued again.",
+            )
+        approval = sign_approval(self._approver, {
+            "action_digest": entry.action_digest, "project": entry.project, "subject": entry.subject,
+            "session": entry.session, "expires_at": entry.expires_at, "nonce": secrets.token_hex(16),
+        })
+        record_approval(conn, approval)
+        return entry.model_copy(update={"approval": approval})
+
+    def _check_signed(self, entry: PendingApproval, digest: str, project: str, subject: str) -> None:
+        """Refuse an approved entry whose approval is missing, unsigned or for another action."""
+        if self._trusted is None or len(self._trusted) == 0:
+            raise ApproverKeyMissing(
+                "a queued approval on the shared store is signed by an approver key, and this "
+                "host trusts none: it cannot redeem one",
+                hint="Set `trusted_approver_keys` (a stockade.keys/1 file of approver public "
+                "keys) in the [host] table of stockade.host.toml.",
+            )
+        approval = entry.approval
+        if approval is None:
+            raise ApprovalInvalid("the approval is not valid for this action")
+        verify_approval(self._trusted, approval)
+        if (approval.action_digest, approval.project, approval.subject) != (digest, project, subject):
+            raise ApprovalInvalid("the approval is not valid for this action")
+
     def redeem(self, digest: str, *, project: str, subject: str) -> tuple[Redemption, PendingApproval | None]:
         """Consume the decision for this digest and principal, once (fleet-wide).
 
+        An ``"approved"`` entry carries the approver-signed approval the call redeems.
+
         Raises:
+            ApprovalInvalid: an entry marked approved whose approval is missing or does
+                not verify (the row was edited in the database).
+            ApproverKeyMissing: no trusted approver public key is configured.
             StoreUnavailable: the database failed.
         """
 
@@ -198,7 +273,10 @@ class PgPendingApprovals:
             ).fetchone()
             if gone is not None:
                 entry = PendingApproval.model_validate_json(str(gone[0]))
-                return ("approved" if entry.status == "approved" else "denied"), entry
+                if entry.status != "approved":
+                    return "denied", entry
+                self._check_signed(entry, digest, project, subject)
+                return "approved", entry
             row = conn.execute(
                 "SELECT entry FROM pending_approvals WHERE action_digest = %s AND project = %s "
                 "AND subject = %s AND expires_at > %s",

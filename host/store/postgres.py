@@ -15,10 +15,17 @@ How each promise holds across processes and machines:
   projects never wait for each other. Records are the exact canonical JSON lines of
   :mod:`host.audit`, so an export verifies with ``stockade log verify``; with a
   ``signer``, chains carry the file log's signed checkpoints at its cadence.
-- **Approvals** (:class:`PgApprovals`): issuing inserts a row; redeeming is ``UPDATE …
-  SET consumed_at = now() WHERE … AND consumed_at IS NULL AND expires_at > now()
-  RETURNING`` in the same transaction as its ``approval.redeemed`` audit record, so
-  exactly one process wins and the win is on the chain.
+- **Approvals** (:class:`PgApprovals`): the database is outside the trust boundary for
+  approvals. An approval is a ``stockade/approval@1`` statement signed by an approver key
+  the database never holds (:mod:`host.approverkey`); every redeeming host verifies it
+  against its trusted approver public keys first, so a row inserted or edited in the
+  database approves nothing. Issuing signs and inserts a row; redeeming inserts the nonce
+  into ``approval_nonces`` (primary key, ``ON CONFLICT DO NOTHING RETURNING``: a re-armed
+  row finds its nonce already redeemed) and runs ``UPDATE … SET consumed_at = now() WHERE …
+  AND consumed_at IS NULL AND expires_at > now() RETURNING`` in the same transaction as
+  its ``approval.redeemed`` audit record, so exactly one process wins and the win is on
+  the chain. Without an approver key (to issue) or trusted approver keys (to redeem) it
+  fails closed with APPROVER_KEY_MISSING; it never falls back to trusting rows.
 - **Rate limits** (:class:`PgRateLimits`): the sliding windows of :mod:`host.ratelimit`
   (same buckets, same retry-after), read and counted in one transaction under a
   per-key advisory lock, on the database's clock (one reference time for the fleet).
@@ -48,6 +55,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import secrets
 import select
 import tempfile
 import threading
@@ -59,6 +68,7 @@ from typing import Any, Final, Literal
 
 import psycopg
 
+from host.approverkey import ApproverKey, sign_approval, trusted_with, verify_approval
 from host.audit import (
     CHECKPOINT_KIND,
     GENESIS,
@@ -68,9 +78,10 @@ from host.audit import (
     encode_for_append,
 )
 from host.auditkey import AuditKey
-from host.errors import ApprovalInvalid, AuditUnavailable, StockadeError, StoreUnavailable
+from host.errors import ApprovalInvalid, ApproverKeyMissing, AuditUnavailable, StockadeError, StoreUnavailable
 from host.lock import LoadedLock, LockState
-from host.plan import Approval, ApprovalAuthority, InvocationPlan, approval_binds, reference_time
+from host.plan import Approval, InvocationPlan, approval_binds, reference_time
+from host.signing import TrustedKeys
 from host.store._pg import PROBE_INTERVAL_S, Conn, Database, committing
 from host.store.local import overrides_of
 from host.store.migrations import check_version
@@ -129,6 +140,9 @@ class PgAuditChain:
         signer: the key that signs checkpoints (``None``: no checkpoints).
         checkpoint_every: records between two checkpoints of a chain (at most).
         checkpoint_interval_s: seconds after which a chain's unsigned records get one.
+        approver: the approver private key (hosts that approve in-band, ``stockade
+            approvals approve``); its public key is trusted as well.
+        trusted_approver_keys: the approver public keys approvals are verified against.
     """
 
     def __init__(
@@ -140,6 +154,8 @@ class PgAuditChain:
         signer: AuditKey | None = None,
         checkpoint_every: int = 1000,
         checkpoint_interval_s: float = 60.0,
+        approver: ApproverKey | None = None,
+        trusted_approver_keys: TrustedKeys | None = None,
     ) -> None:
         if checkpoint_every <= 0 or not checkpoint_interval_s > 0:
             raise ValueError("checkpoint_every and checkpoint_interval_s must be positive")
@@ -310,46 +326,66 @@ class _Head:
 
 
 class PgApprovals:
-    """Single-use approvals in the ``approvals`` table (see the module docstring)."""
+    """Single-use approvals signed by an approver key (see the module docstring).
 
-    def __init__(self, db: Database, audit: PgAuditChain) -> None:
+    Args:
+        db: the store's pool.
+        audit: the chain ``approval.redeemed`` records go to.
+        approver: the approver private key, for hosts that approve in-band; ``None``:
+            :meth:`issue` fails closed (APPROVER_KEY_MISSING).
+        trusted: the approver public keys redemptions are checked against; ``None``:
+            :meth:`redeem` fails closed (APPROVER_KEY_MISSING).
+    """
+
+    def __init__(
+        self, db: Database, audit: PgAuditChain, *, approver: ApproverKey | None, trusted: TrustedKeys | None
+    ) -> None:
         self._db = db
         self._audit = audit
-        # Issues the tokens (same fields, bounds and MAC as the local backend); the row
-        # written below, not this process's key, is what makes a token redeemable fleet-wide.
-        self._tokens = ApprovalAuthority()
+        self._approver = approver
+        self._trusted = trusted_with(trusted, approver)
 
     def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
-        """Record and return an approval of ``plan`` valid for ``ttl_s`` seconds.
+        """Sign, record and return an approval of ``plan`` valid for ``ttl_s`` seconds.
 
         Raises:
+            ApproverKeyMissing: this host holds no approver key.
             ValueError: ``ttl_s`` is not a positive, finite number, or ``now`` is not finite.
             StoreUnavailable: the approval could not be recorded.
         """
-        approval = self._tokens.issue(plan, ttl_s=ttl_s, now=now)
-
-        def op(conn: Conn) -> None:
-            with committing(conn):
-                conn.execute(
-                    "INSERT INTO approvals (nonce, action_digest, project, subject, session, mac, "
-                    "expires_at) VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s))",
-                    (approval.nonce, approval.action_digest, approval.project, approval.subject,
-                     approval.session, approval.mac, approval.expires_at),
-                )
-                conn.execute("DELETE FROM approvals WHERE expires_at < now() - interval '1 day'")
-
-        self._db.run(op, what="record an approval", idempotent=False)
+        if self._approver is None:
+            raise ApproverKeyMissing(
+                f"{plan.tool} needs a person's approval, and this host holds no approver key "
+                "to sign one on the shared store",
+                hint="Set `approver_key` in the [host] table of stockade.host.toml (a "
+                "`stockade keygen` key, mode 0600), or approve from the queue with "
+                "`stockade approvals approve` on a machine that holds it.",
+            )
+        fields = approval_fields(plan, ttl_s=ttl_s, now=now)
+        approval = sign_approval(self._approver, fields)
+        self._db.run(
+            lambda conn: record_approval(conn, approval), what="record an approval", idempotent=False
+        )
         return approval
 
     def redeem(self, plan: InvocationPlan, approval: Approval, *, now: float | None = None) -> None:
-        """Consume ``approval`` for ``plan`` once, fleet-wide, with its audit record.
+        """Verify ``approval``'s signature and consume it for ``plan`` once, fleet-wide.
 
         Raises:
-            ApprovalInvalid: forged, for another action, principal or session, expired or
-                already used (one opaque error).
+            ApproverKeyMissing: no trusted approver public key is configured.
+            ApprovalInvalid: unsigned or badly signed, for another action, principal or
+                session, expired, already used or its nonce already redeemed (one opaque error).
             AuditUnavailable: the consumption and its record could not be committed
                 (then the approval was not consumed).
         """
+        if self._trusted is None or len(self._trusted) == 0:
+            raise ApproverKeyMissing(
+                "approvals on the shared store are signed by an approver key, and this host "
+                "trusts none: it cannot redeem one",
+                hint="Set `trusted_approver_keys` (a stockade.keys/1 file of approver public "
+                "keys) in the [host] table of stockade.host.toml.",
+            )
+        verify_approval(self._trusted, approval)
         if not approval_binds(plan, approval, reference_time(now)):
             raise ApprovalInvalid("the approval is not valid for this action")
         record = {
@@ -358,23 +394,61 @@ class PgApprovals:
             "subject": approval.subject,
             "session": approval.session,
             "nonce": approval.nonce,
+            "approver_key_id": approval.key_id,
         }
         chain = chain_of(record, self._audit.scope)
 
         def op(conn: Conn) -> None:
             with committing(conn):
-                won = conn.execute(
+                # The nonce table, not the row's consumed_at, is what refuses a replay: a
+                # re-armed row (consumed_at = NULL) still finds its nonce here.
+                fresh = conn.execute(
+                    "INSERT INTO approval_nonces (nonce, expires_at) VALUES (%s, to_timestamp(%s)) "
+                    "ON CONFLICT DO NOTHING RETURNING nonce",
+                    (approval.nonce, approval.expires_at),
+                ).fetchone()
+                won = fresh is not None and conn.execute(
                     "UPDATE approvals SET consumed_at = now() WHERE nonce = %s AND mac = %s "
                     "AND action_digest = %s AND project = %s AND subject = %s AND session = %s "
                     "AND consumed_at IS NULL AND expires_at > now() RETURNING nonce",
-                    (approval.nonce, approval.mac, approval.action_digest, approval.project,
+                    (approval.nonce, approval.signature, approval.action_digest, approval.project,
                      approval.subject, approval.session),
-                ).fetchone()
-                if won is None:
+                ).fetchone() is not None
+                if not won:
                     raise ApprovalInvalid("the approval is not valid for this action")
                 self._audit.append_in(conn, chain, "approval.redeemed", record)
 
         self._db.run(op, what="redeem an approval", idempotent=False, error=AuditUnavailable)
+
+
+def approval_fields(plan: InvocationPlan, *, ttl_s: float, now: float | None) -> dict[str, Any]:
+    """The six fields an approval of ``plan`` binds, with a fresh nonce.
+
+    Raises:
+        ValueError: ``ttl_s`` is not a positive, finite number, or ``now`` is not finite.
+    """
+    finite = not isinstance(ttl_s, bool) and isinstance(ttl_s, (int, float)) and math.isfinite(ttl_s)
+    if not finite or ttl_s <= 0:
+        raise ValueError("ttl_s must be a positive, finite number of seconds")
+    principal = plan.request.principal
+    return {
+        "action_digest": plan.action_digest, "project": principal.project, "subject": principal.subject,
+        "session": plan.request.session, "expires_at": reference_time(now) + ttl_s,
+        "nonce": secrets.token_hex(16),
+    }
+
+
+def record_approval(conn: Conn, approval: Approval) -> None:
+    """Insert ``approval``'s row (the ``mac`` column holds its signature) and drop day-old rows."""
+    with committing(conn):
+        conn.execute(
+            "INSERT INTO approvals (nonce, action_digest, project, subject, session, mac, "
+            "expires_at) VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s))",
+            (approval.nonce, approval.action_digest, approval.project, approval.subject,
+             approval.session, approval.signature, approval.expires_at),
+        )
+        conn.execute("DELETE FROM approvals WHERE expires_at < now() - interval '1 day'")
+        conn.execute("DELETE FROM approval_nonces WHERE expires_at < now() - interval '1 day'")
 
 
 class PgLockGenerations:
@@ -539,6 +613,9 @@ class PostgresStore(StoreLifecycle):
             audit chains get signed checkpoints (:class:`PgAuditChain`); ``None``: none.
         checkpoint_every: records between two checkpoints of a chain (at most).
         checkpoint_interval_s: seconds after which a chain's unsigned records get one.
+        approver: the approver private key (hosts that approve in-band, ``stockade
+            approvals approve``); its public key is trusted as well.
+        trusted_approver_keys: the approver public keys approvals are verified against.
 
     Raises:
         StoreUnavailable: malformed DSN, unreachable server, or a schema that is not
@@ -559,6 +636,8 @@ class PostgresStore(StoreLifecycle):
         signer: AuditKey | None = None,
         checkpoint_every: int = 1000,
         checkpoint_interval_s: float = 60.0,
+        approver: ApproverKey | None = None,
+        trusted_approver_keys: TrustedKeys | None = None,
     ) -> None:
         if chain_scope not in ("project", "single"):
             raise ValueError(f"chain_scope must be 'project' or 'single', not {chain_scope!r}")
@@ -572,11 +651,11 @@ class PostgresStore(StoreLifecycle):
             self._db, scope=chain_scope, signer=signer,
             checkpoint_every=checkpoint_every, checkpoint_interval_s=checkpoint_interval_s,
         )
-        self.approvals = PgApprovals(self._db, self.audit)
+        self.approvals = PgApprovals(self._db, self.audit, approver=approver, trusted=trusted_approver_keys)
         self.rate_limits = PgRateLimits(self._db)
         self.grants = PgGrants(self._db)
         self.locks = PgLockGenerations(self._db, dsn, scope=lock_scope)
-        self.pending = PgPendingApprovals(self._db)
+        self.pending = PgPendingApprovals(self._db, approver=approver, trusted=trusted_approver_keys)
 
     @property
     def database(self) -> Database:

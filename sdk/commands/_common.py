@@ -64,6 +64,7 @@ __all__ = [
     "add_store_option",
     "add_verb",
     "apply_host_file",
+    "approver_options",
     "audit_path",
     "cell",
     "checkpoint_options",
@@ -457,6 +458,8 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)
         debug_guest_errors=bool(getattr(args, "debug", False)),  # --debug: guest tracebacks
         admin_policy_dir=settings.admin_policy_dir if settings is not None else None,
+        approver_key_file=settings.approver_key if settings is not None else None,
+        trusted_approver_keys_file=settings.trusted_approver_keys if settings is not None else None,
         workspaces=workspaces,  # [[workspace]] of the host config file: the fs.* host tools
     )
 
@@ -501,13 +504,31 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
 
 def checkpoint_options(config: HostConfig) -> dict[str, Any]:
     """A host's shared store signs audit checkpoints with the state dir's audit key, at
-    the cadence of the local audit log."""
+    the cadence of the local audit log, and approvals with the configured approver key
+    (:func:`approver_options`)."""
     from host.auditkey import AuditKey
 
     return {
         "signer": AuditKey.load_or_create(config.state_dir),
         "checkpoint_every": config.audit_checkpoint_every,
         "checkpoint_interval_s": config.audit_checkpoint_interval_s,
+        **approver_options(config.approver_key_file, config.trusted_approver_keys_file),
+    }
+
+
+def approver_options(key_file: Path | None, trusted_file: Path | None) -> dict[str, Any]:
+    """PostgresStore's ``approver`` / ``trusted_approver_keys`` from the configured files.
+
+    Raises:
+        ConfigInvalid: the approver key file is unsafe or invalid.
+        LockInvalid: the trusted approver keys file is unreadable or invalid.
+    """
+    from host.approverkey import ApproverKey
+    from host.signing import TrustedKeys
+
+    return {
+        "approver": None if key_file is None else ApproverKey.load(Path(key_file)),
+        "trusted_approver_keys": None if trusted_file is None else TrustedKeys.load(Path(trusted_file)),
     }
 
 

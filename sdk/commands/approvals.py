@@ -33,6 +33,7 @@ from sdk.commands._common import (
     EXIT_OK,
     add_state_dir,
     add_store_option,
+    approver_options,
     cell,
     open_store_spec,
     print_json,
@@ -81,7 +82,12 @@ def _queue(args: argparse.Namespace) -> Iterator[Any]:
     if args.store in (None, "local"):
         yield ApprovalQueue(state_dir(args))
         return
-    with open_store_spec(args.store) as store:
+    settings = getattr(args, "host_file", None)
+    keys = approver_options(
+        settings.approver_key if settings is not None else None,
+        settings.trusted_approver_keys if settings is not None else None,
+    )
+    with open_store_spec(args.store, **keys) as store:
         yield store.pending
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from host.audit import AuditLog
 from host.store import LocalStore, StateStore
+from tests.support.approver import APPROVER
 from tests.support.postgres import REQUIRE_ENV, Cluster, find_bin_dir
 
 # Read once at import: the autouse clean_environ fixture scrubs STOCKADE_* for each test.
@@ -76,7 +77,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
         dsn = request.getfixturevalue("pg_dsn")
         from host.store.postgres import PostgresStore  # noqa: PLC0415
 
-        yield "postgres", lambda: PostgresStore(dsn)
+        yield "postgres", lambda: PostgresStore(dsn, approver=APPROVER)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.support.approver import write_approver_config
 from tests.support.cli import cli_env, run_cli
 from tests.support.fleet import make_repo
 from tests.support.postgres import Cluster
@@ -14,6 +15,7 @@ from tests.support.postgres import Cluster
 def test_migrate_call_export_and_verify_through_the_cli(pg_cluster: Cluster, tmp_path: Path) -> None:
     dsn = pg_cluster.create_database("cli")
     env = cli_env(STOCKADE_STORE=dsn, STOCKADE_HOME=str(tmp_path / "home"))
+    write_approver_config(tmp_path / "home")  # `call --approve` signs its approval on the shared store
     repo = make_repo(tmp_path / "repo")
     outputs: list[str] = []
 

@@ -22,6 +22,7 @@ from host.store.chain import export_chain, pick_chain, verify_chain
 from host.store.migrations import SCHEMA_VERSION, migrate
 from host.store.postgres import PostgresStore
 from tests.store.test_contract import Locks, plans  # noqa: F401 - the module-scoped plans fixture
+from tests.support.approver import APPROVER
 from tests.support.hosts import ALICE
 from tests.support.postgres import Cluster
 
@@ -34,7 +35,7 @@ def export(store: PostgresStore, chain: str, path: Path) -> Path:
 def test_two_stores_share_approvals_grants_limits_and_generations(
     pg_dsn: str, plans: dict[str, InvocationPlan], tmp_path: Path  # noqa: F811
 ) -> None:
-    with PostgresStore(pg_dsn) as a, PostgresStore(pg_dsn) as b:
+    with PostgresStore(pg_dsn, approver=APPROVER) as a, PostgresStore(pg_dsn, approver=APPROVER) as b:
         approval = a.approvals.issue(plans["s1"])
         b.approvals.redeem(plans["s1"], approval)
         with pytest.raises(ApprovalInvalid):
@@ -56,7 +57,7 @@ def test_two_stores_share_approvals_grants_limits_and_generations(
 def test_redeemed_approval_is_on_the_chain_in_the_same_transaction(
     pg_dsn: str, plans: dict[str, InvocationPlan], tmp_path: Path  # noqa: F811
 ) -> None:
-    with PostgresStore(pg_dsn) as store:
+    with PostgresStore(pg_dsn, approver=APPROVER) as store:
         approval = store.approvals.issue(plans["s1"])
         store.approvals.redeem(plans["s1"], approval)
         lines = list(store.lines("project:p"))

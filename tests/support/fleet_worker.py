@@ -30,6 +30,7 @@ from host.errors import StockadeError
 from host.plan import Approval, CallRequest, Principal
 from host.policy.toolpolicy import ToolPolicyStore
 from host.store.postgres import PostgresStore
+from tests.support.approver import APPROVER
 
 ALICE = Principal(project="p", subject="alice")
 
@@ -48,7 +49,8 @@ class Fleet:
         timeout = float(os.environ.get("FLEET_STORE_TIMEOUT_S", "5"))
         probe = float(os.environ.get("FLEET_STORE_PROBE_S", "0.25"))
         self.store = PostgresStore(
-            os.environ["STOCKADE_STORE"], pool_size=4, timeout_s=timeout, probe_interval_s=probe
+            os.environ["STOCKADE_STORE"], pool_size=4, timeout_s=timeout, probe_interval_s=probe,
+            approver=APPROVER,
         )
         self.host: Host | None = None
         self.follower: Any = None

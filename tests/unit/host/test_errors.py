@@ -20,6 +20,7 @@ PINNED_CODES = {
     "ApprovalInvalid": "APPROVAL_INVALID",
     "ApprovalDenied": "APPROVAL_DENIED",
     "ApprovalQueueFull": "APPROVAL_QUEUE_FULL",
+    "ApproverKeyMissing": "APPROVER_KEY_MISSING",
     "Busy": "BUSY",
     "CallCancelled": "CANCELLED",
     "RateLimited": "RATE_LIMITED",
