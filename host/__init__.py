@@ -1,4 +1,4 @@
-"""Stockade host: the library host apps embed (DESIGN §1, §11).
+"""Stockade host: the library host apps embed (docs/design.md §1, §11).
 
 Only the names in ``__all__`` are the stable API; everything else may move.
 
@@ -30,7 +30,7 @@ if _typing.TYPE_CHECKING:
 
 # Each public name is imported from its module on first use (PEP 562), so that
 # ``import host.errors`` or ``import host.audit`` stays cheap: the CLI's start-up time
-# depends on it (issue 13, item 9); ``from host import Host`` still works unchanged.
+# depends on it; ``from host import Host`` still works unchanged.
 _EXPORTS: dict[str, str] = {
     "AuditLog": "host.audit",
     "Ceilings": "host.config",

@@ -10,7 +10,7 @@ assembles at the end of a call and that carry no decision of their own:
 - :func:`refuse`, which appends the outcome record of a refused or failed call and
   builds its :class:`CallResult` (the record is written before the result exists);
 - :func:`egress_cause`, which reports a tool failure that followed an egress refusal
-  as that refusal (issue 12);
+  as that refusal;
 - the guest log and traceback helpers.
 
 Invariants: nothing here reads policy or runs a guest; every text that leaves through a
@@ -279,7 +279,7 @@ def result_from_error(
     (and, with ``debug_guest_errors``, the guest's last traceback)."""
     scrub = scrub or NO_REDACTION
     details = {k: v for k, v in exc.details.items() if k not in {"usage", "log"}}
-    # The guest's log is kept on failures too (issue 12): it is what explains them.
+    # The guest's log is kept on failures too: it is what explains them.
     # It was capped at max_log_bytes while captured; scrubbed of staged secrets here.
     log = scrub.text(log_text(guest_log)) if guest_log else ""
     if debug_guest_errors and guest_log:
@@ -310,7 +310,7 @@ _ALLOWLIST_REASONS: Final = frozenset(
 
 
 def egress_cause(exc: StockadeError, egress: EgressPort) -> StockadeError:
-    """A tool failure that followed an egress refusal, reported as that refusal (issue 12).
+    """A tool failure that followed an egress refusal, reported as that refusal.
 
     When the guest's call failed (``TOOL_FAILED``) after the host refused one of its
     requests, the refusal is the cause an author and an operator need, not "the plugin

@@ -1,4 +1,4 @@
-"""File primitives for host state and untrusted files: one implementation each (issue 16).
+"""File primitives for host state and untrusted files: one implementation each.
 
 Private to ``host``; ``sdk`` and other outside callers use the public re-exports in
 :mod:`host.files`.
@@ -9,11 +9,11 @@ Invariants:
   :func:`read_regular`) open non-blocking (a FIFO opens at once instead of waiting for
   a writer), check the type with ``fstat`` on the open descriptor (a swap between check
   and read is harmless), refuse FIFOs, devices, sockets and directories, never read more
-  than the bound plus one byte, and close the descriptor on every refusal (issue 9.7).
+  than the bound plus one byte, and close the descriptor on every refusal.
   With ``nofollow=True`` a symlink in the last path component is refused (``O_NOFOLLOW``).
 - **Atomic write** (:func:`atomic_write`): temp file in the same directory, fsync,
   ``os.replace``, fsync of the directory: a crash leaves the old or the new content,
-  never a torn file (STYLE §8).
+  never a torn file (CONTRIBUTING.md principle 8).
 - **Exclusive create** (:func:`create_exclusive`): the content is written and fsynced in
   a temp file first, then hard-linked into place, so ``path`` never exists half-written
   and an existing file (even a dangling symlink) is never replaced.

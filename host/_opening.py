@@ -1,4 +1,4 @@
-"""The steps of opening a lock, private to the gateway (DESIGN §4, §11).
+"""The steps of opening a lock, private to the gateway (docs/design.md §4, §11).
 
 :meth:`host.gateway.Host.open` runs them in this order, each one only after the previous
 one succeeded:

@@ -1,4 +1,4 @@
-"""What a call is given before its guest starts, private to the gateway (DESIGN §6 step 8).
+"""What a call is given before its guest starts, private to the gateway (docs/design.md §6 step 8).
 
 - :func:`stage_package_secrets`: pre-flight of a package's secrets for one principal;
   every required secret must be stored, or the call fails with CREDENTIAL_UNAVAILABLE
@@ -139,10 +139,10 @@ class ReportingEgress:
 
 
 def store_secret_hint(secret: str, principal: Principal, *, has_store: bool) -> str:
-    """The exact commands that make a missing secret available (issue 13, item 2).
+    """The exact commands that make a missing secret available.
 
     Every tool of a package is pre-flighted for all of the package's required secrets
-    (DESIGN §6 step 8): the manifest does not say which tools make requests, and finding
+    (docs/design.md §6 step 8): the manifest does not say which tools make requests, and finding
     a secret missing halfway through a call, after other requests went out, is worse than
     refusing before the guest starts. A mapping that some tools do without is declared
     ``optional``.

@@ -1,4 +1,4 @@
-"""The pending-approval queue: approvals given out of band (DESIGN §6 step 6, §12).
+"""The pending-approval queue: approvals given out of band (docs/design.md §6 step 6, §12).
 
 When a call needs a person's approval and the caller cannot ask one (an MCP client
 without elicitation), the front end queues the action here and refuses the call with

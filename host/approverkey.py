@@ -1,4 +1,4 @@
-"""Approver keys: approvals on a shared store are signed statements (DESIGN §12, §13).
+"""Approver keys: approvals on a shared store are signed statements (docs/design.md §12, §13).
 
 On the PostgreSQL store every host and approver shares one database role, so a row in
 ``approvals`` or ``pending_approvals`` proves nothing: whoever can write the database

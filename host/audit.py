@@ -1,4 +1,4 @@
-"""Hash-chained, append-only audit log with signed checkpoints (DESIGN §6 steps 9 and 11,
+"""Hash-chained, append-only audit log with signed checkpoints (docs/design.md §6 steps 9 and 11,
 §8 "Audit", §12 "Audit").
 
 One JSON object per line, each the RFC 8785 canonical JSON of::
@@ -423,7 +423,7 @@ def redact_params(input: Mapping[str, Any], sensitive: Iterable[str]) -> dict[st
     """A copy of a tool input with each sensitive top-level property replaced by ``[REDACTED]``.
 
     Args:
-        input: the tool input (its root is an object, DESIGN §5).
+        input: the tool input (its root is an object, docs/design.md §5).
         sensitive: the tool's ``sensitive_params`` (top-level property names).
 
     Returns:

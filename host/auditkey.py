@@ -1,4 +1,4 @@
-"""The Ed25519 key that signs audit checkpoints (issue 9 item 6, DESIGN §12 "Audit").
+"""The Ed25519 key that signs audit checkpoints (docs/design.md §12 "Audit").
 
 Why an Ed25519 key of its own and not a key derived from the secrets master key:
 

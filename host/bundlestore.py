@@ -1,4 +1,4 @@
-"""Where a lock's registry-pulled bundles live, and how a lock names their source (DESIGN §12).
+"""Where a lock's registry-pulled bundles live, and how a lock names their source (docs/design.md §12).
 
 Bundles travel as OCI artifacts (``stockade push``/``stockade pull``, :mod:`sdk.oci`) and
 are pulled **by digest** into a local content-addressed store next to the lock::

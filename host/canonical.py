@@ -1,4 +1,4 @@
-"""Canonical JSON (RFC 8785, "JCS") and SHA-256 digests (DESIGN §1, §2, §7).
+"""Canonical JSON (RFC 8785, "JCS") and SHA-256 digests (docs/design.md §1, §2, §7).
 
 Everything Stockade hashes, signs or hands to a guest is canonical JSON: one byte string
 per value, so a digest or an approval binds the *value*, never a spelling of it. The

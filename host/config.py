@@ -1,4 +1,4 @@
-"""Host-wide configuration and resource ceilings (STYLE §9).
+"""Host-wide configuration and resource ceilings (CONTRIBUTING.md principle 9).
 
 Every limit a manifest may ask for has a ceiling here, with its unit. A manifest asking
 for more than a ceiling is refused when it loads (MANIFEST_INVALID), never clamped.
@@ -31,17 +31,17 @@ class Ceilings:
     fuel: int = 20_000_000_000  # wasm fuel units (about one per instruction)
     memory_bytes: int = 512 * MiB  # bytes, summed over all linear memories of a call
     timeout_ms: int = 300_000  # ms, wall clock of one call (limits.timeout_ms)
-    tool_timeout_s: int = 3600  # s, a tool's timeout_s (DESIGN §3: 1–3600)
+    tool_timeout_s: int = 3600  # s, a tool's timeout_s (docs/design.md §3: 1–3600)
     max_http_requests: int = 64  # outbound requests per call
     max_request_bytes: int = 8 * MiB  # bytes of one outbound request body
     max_response_bytes: int = 32 * MiB  # bytes of one inbound response body
     http_timeout_ms: int = 120_000  # ms, one outbound request
     max_log_bytes: int = 1 * MiB  # bytes of guest log kept per call
-    max_tools: int = 128  # tools in one registry (DESIGN §5)
+    max_tools: int = 128  # tools in one registry (docs/design.md §5)
     max_permissions: int = 16  # permissions one tool may require
-    max_input_bytes: int = 64 * 1024  # bytes of canonical input (DESIGN §5)
-    max_output_bytes: int = 256 * 1024  # bytes of canonical output (DESIGN §5)
-    trap_text_bytes: int = 4096  # bytes of trap text kept (DESIGN §8)
+    max_input_bytes: int = 64 * 1024  # bytes of canonical input (docs/design.md §5)
+    max_output_bytes: int = 256 * 1024  # bytes of canonical output (docs/design.md §5)
+    trap_text_bytes: int = 4096  # bytes of trap text kept (docs/design.md §8)
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
@@ -192,7 +192,7 @@ class HostConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"HostConfig.{name} must be positive, got {value!r}")
-            if not math.isfinite(value):  # issue 9.9: no infinite (never) or NaN times
+            if not math.isfinite(value):  # no infinite (never) or NaN times
                 raise ValueError(f"HostConfig.{name} must be finite, got {value!r}")
         if self.unsafe_allow_loopback:
             _log.warning(
@@ -228,7 +228,7 @@ class HostConfig:
 
     @property
     def artifact_key_file(self) -> Path:
-        """The HMAC key of the compiled-artifact cache (DESIGN §8)."""
+        """The HMAC key of the compiled-artifact cache (docs/design.md §8)."""
         if self.artifact_cache_dir is not None:
             return Path(self.artifact_cache_dir) / "artifact.key"
         return self.state_dir / "artifact.key"

@@ -1,4 +1,4 @@
-"""The one exception tree of Stockade (DESIGN §9).
+"""The one exception tree of Stockade (docs/design.md §9).
 
 Every refusal that reaches a user is a :class:`StockadeError` with a stable ``code``,
 a message a person can act on, an optional ``hint`` (what to do about it) and
@@ -50,7 +50,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     └── ConfigInvalid             CONFIG_INVALID          the host config file is missing or invalid
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
-``TypeError``/``ValueError``/``RuntimeError`` (STYLE §3).
+``TypeError``/``ValueError``/``RuntimeError`` (CONTRIBUTING.md principle 3).
 
 Example::
 
@@ -189,13 +189,13 @@ class OutputInvalid(StockadeError):
 
 
 class SchemaInvalid(StockadeError):
-    """A tool schema leaves the bounded JSON Schema subset (DESIGN §5).
+    """A tool schema leaves the bounded JSON Schema subset (docs/design.md §5).
 
     ``details["pointer"]`` locates the schema node, ``details["rule"]`` names the rule.
     """
 
     code = "SCHEMA_INVALID"
-    default_hint = "Use only the schema subset of DESIGN §5, with explicit bounds."
+    default_hint = "Use only the schema subset of docs/design.md §5, with explicit bounds."
 
 
 class PolicyDenied(StockadeError):
@@ -288,7 +288,7 @@ class CredentialUnavailable(StockadeError):
 
 
 class EgressDenied(StockadeError):
-    """An outbound request broke the egress rules (DESIGN §8).
+    """An outbound request broke the egress rules (docs/design.md §8).
 
     ``reason`` is a short typed token such as ``host_not_allowed`` or ``userinfo``.
     """
@@ -402,7 +402,7 @@ class SignatureInvalid(LockInvalid):
 
 class BundleMissing(LockInvalid):
     """A lock entry pulled from a registry (it has a ``source``) names a bundle that is not in
-    the local store. ``Host.open`` never uses the network (DESIGN §12)."""
+    the local store. ``Host.open`` never uses the network (docs/design.md §12)."""
 
     code = "BUNDLE_MISSING"
     default_hint = "Fetch it first: `stockade lock fetch` (or `stockade pull oci://REF@sha256:...`)."
@@ -440,7 +440,7 @@ class RegistryRefused(StockadeError):
     code = "REGISTRY_REFUSED"
     default_hint = (
         "Check the reference; for credentials use the secrets store or ~/.docker/config.json "
-        "(see README 'Publishing and consuming bundles through a registry')."
+        "(see docs/registries.md)."
     )
 
 

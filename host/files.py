@@ -1,7 +1,7 @@
 """Public file primitives for callers outside ``host`` (the SDK, host apps' tooling).
 
 The implementation and its contracts live in :mod:`host._files`; this module is the
-stable import path (``sdk`` never reaches into ``host._*`` modules, DESIGN §1):
+stable import path (``sdk`` never reaches into ``host._*`` modules, docs/design.md §1):
 
 - :func:`read_regular` / :func:`open_regular`: bounded, non-blocking reads of a regular
   file, refusing FIFOs, devices and directories (and symlinks with ``nofollow=True``),

@@ -1,4 +1,4 @@
-"""The Host: the one entry point for a tool call (DESIGN §6, §11).
+"""The Host: the one entry point for a tool call (docs/design.md §6, §11).
 
 Nothing runs a guest except :meth:`Host.execute`, and nothing reaches it except through
 :func:`host.plan.prepare`. The pipeline, in order:
@@ -280,7 +280,7 @@ class Host:
     # -- the pipeline --------------------------------------------------------------------
 
     def prepare(self, request: CallRequest | Mapping[str, Any]) -> InvocationPlan:
-        """DESIGN §6 steps 1–6 without running anything.
+        """docs/design.md §6 steps 1–6 without running anything.
 
         Raises:
             RequestInvalid, ToolNotFound, PolicyDenied, PolicyUnavailable, InputInvalid.
@@ -406,7 +406,7 @@ class Host:
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
     ) -> CallResult:
-        """Run a prepared plan (DESIGN §6 steps 7–11), re-authorizing first.
+        """Run a prepared plan (docs/design.md §6 steps 7–11), re-authorizing first.
 
         Policy is decided again, so a revoke between prepare and execute denies; the
         fresh plan must have the same action digest; an approval-required plan needs an
@@ -478,7 +478,7 @@ class Host:
         return source is None or tool.name in source.offered
 
     def mcp_drift(self) -> list[dict[str, Any]]:
-        """Every difference between a connected MCP server's tools and its pin (issue 15)."""
+        """Every difference between a connected MCP server's tools and its pin."""
         return [d.to_dict() for source in self._mcp.values() for d in source.drift]
 
     def resolve_tool(self, format: ToolFormat, name: str) -> tuple[str, str]:

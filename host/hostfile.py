@@ -1,7 +1,7 @@
 """The operator's host config file: ``stockade.host.toml`` (format ``stockade.host/1``).
 
-One place for what every host command would otherwise repeat (issue 13, item 1; DESIGN
-§12 "operators configure once")::
+One place for what every host command would otherwise repeat (docs/design.md
+§12 "one host configuration file")::
 
     format = "stockade.host/1"
 
@@ -278,7 +278,7 @@ _TOML_ESCAPES: Final = {
 
 
 def _toml_string(value: str) -> str:
-    """``value`` as a TOML basic string: every control character escaped (issue 34 item 6).
+    """``value`` as a TOML basic string: every control character escaped.
 
     TOML forbids U+0000-U+001F and U+007F unescaped in a basic string, so a state
     directory named ``$'st\\nate'`` must be written ``"st\\nate"``, never a raw newline.

@@ -1,4 +1,4 @@
-"""The package lock, its signatures and the accepted-generation state (DESIGN §4, §12).
+"""The package lock, its signatures and the accepted-generation state (docs/design.md §4, §12).
 
 ``stockade.lock`` (JSON, format ``stockade.lock/1``) lists the packages a host trusts::
 
@@ -411,7 +411,7 @@ def _load_packages(
 
     Packages are verified in parallel threads: reading and hashing a module (tens of MB
     for a Python plugin) release the GIL, so a lock of several plugins uses every core
-    (issue 14, item 4).
+   .
     """
     if len(entries) < 2:
         return tuple(_load_package(e, lock_dir, generation, config, keys) for e in entries)

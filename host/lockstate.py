@@ -1,4 +1,6 @@
-"""The accepted lock state of a host: trust only moves forward (DESIGN §4, §12, STYLE §8).
+"""The accepted lock state of a host: trust only moves forward (docs/design.md §4, §12).
+
+CONTRIBUTING.md principle 8: verified first, persisted afterwards, never backwards.
 
 Re-exported by :mod:`host.lock`. :class:`LockState` moves the accepted state of a host
 forward only, after :func:`host.lock.load_lock` verified a lock. Each of these raises
@@ -58,7 +60,7 @@ STATE_FORMAT: Final = "stockade.lock-state/2"
 STATE_FILE: Final = "lock-state.json"
 MAX_STATE_BYTES: Final = 4 * 1024 * 1024  # bytes; history is capped below
 MAX_HISTORY: Final = 1000  # accepted generations remembered in the state file
-MAX_GENERATION_STEP: Final = 16  # generations a lock may be ahead of the accepted one (issue 9.5 c)
+MAX_GENERATION_STEP: Final = 16  # generations a lock may be ahead of the accepted one
 
 _log = logging.getLogger("stockade.lock")
 

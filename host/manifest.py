@@ -1,4 +1,4 @@
-"""Package manifest models: ``bundle/manifest.json``, format ``stockade.manifest/1`` (DESIGN §3).
+"""Package manifest models: ``bundle/manifest.json``, format ``stockade.manifest/1`` (docs/design.md §3).
 
 The manifest is untrusted input. :meth:`PackageManifest.from_json` is the only edge: it
 parses the bytes strictly (no duplicate keys, no NaN, at most 1 MiB), validates them into
@@ -18,7 +18,7 @@ Invariants of a valid manifest:
 - every limit is at most the host ceiling (:class:`~host.config.Ceilings`): a manifest
   asking for more is refused, never clamped;
 - every allow entry and credential host is a valid host pattern, every path prefix is
-  already in normal form (DESIGN §8): a bad entry makes the manifest invalid, it never
+  already in normal form (docs/design.md §8): a bad entry makes the manifest invalid, it never
   widens scope;
 - every credential host is admitted by some allow entry (same scheme, host and port; a
   wildcard credential host needs a wildcard allow entry with the same suffix);
@@ -86,13 +86,13 @@ __all__ = [
 
 MANIFEST_FORMAT: Final = "stockade.manifest/1"
 # 1.1.0 is what `stockade build` targets; a 1.0.0 manifest stays readable, but its
-# component is refused at load with a rebuild hint (host.runtime.checks, issue 9).
+# component is refused at load with a rebuild hint (host.runtime.checks).
 SUPPORTED_WORLDS: Final = ("stockade:plugin/tool@1.0.0", "stockade:plugin/tool@1.1.0")
 MAX_MANIFEST_BYTES: Final = 1024 * 1024  # bytes; a manifest is metadata, never data
 MAX_PROBLEMS: Final = 100  # problems listed in one ManifestInvalid; the rest are counted
-MAX_TOOLS: Final = 128  # DESIGN §5; Ceilings.max_tools may only lower it
-MAX_PERMISSIONS: Final = 16  # DESIGN §3; Ceilings.max_permissions may only lower it
-MAX_TOOL_TIMEOUT_S: Final = 3600  # DESIGN §3
+MAX_TOOLS: Final = 128  # docs/design.md §5; Ceilings.max_tools may only lower it
+MAX_PERMISSIONS: Final = 16  # docs/design.md §3; Ceilings.max_permissions may only lower it
+MAX_TOOL_TIMEOUT_S: Final = 3600  # docs/design.md §3
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _NAME_RE: Final = re.compile(r"[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*")
@@ -304,7 +304,7 @@ class _Model(BaseModel):
 
 
 class Effect(str, Enum):
-    """What a tool does to the world; ``read`` is allowed by default, the rest ask (DESIGN §6)."""
+    """What a tool does to the world; ``read`` is allowed by default, the rest ask (docs/design.md §6)."""
 
     READ = "read"
     WRITE = "write"
@@ -436,7 +436,7 @@ class ToolSpec(_Model):
     name: Name
     version: SemVer
     description: Annotated[str, Field(min_length=1, max_length=4096)]
-    # None: the bounded subset (DESIGN §5). The external profile (host.schemaprofile) is
+    # None: the bounded subset (docs/design.md §5). The external profile (host.schemaprofile) is
     # only accepted for the synthetic manifest of a pinned MCP source, never from a bundle.
     schema_profile: Literal["stockade.schema-profile/external-1"] | None = None
     input_schema: Annotated[JsonSchema, _schema_checker(root_object=True)]
@@ -450,7 +450,7 @@ class ToolSpec(_Model):
 
 
 class PackageManifest(_Model):
-    """The whole ``manifest.json`` of a bundle (DESIGN §3).
+    """The whole ``manifest.json`` of a bundle (docs/design.md §3).
 
     Build one only with :meth:`from_json`; it reports every problem at once.
     """
@@ -539,7 +539,7 @@ def _pydantic_problems(exc: ValidationError) -> Iterator[dict[str, str]]:
         loc = ".".join(str(part) for part in error["loc"])
         msg = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] in ("literal_error", "enum"):
-            msg = f"{msg}, got {_shown(error.get('input'))}"  # name the refused value (STYLE §6)
+            msg = f"{msg}, got {_shown(error.get('input'))}"  # name the refused value
         yield {"loc": loc, "msg": msg}
 
 

@@ -1,6 +1,6 @@
 """Preparing a tool call: envelope, registry, policy before input, action digest, approvals.
 
-This is DESIGN §6 steps 1–6 and §7. :func:`prepare` turns an untrusted
+This is docs/design.md §6 steps 1–6 and §7. :func:`prepare` turns an untrusted
 :class:`CallRequest` into an :class:`InvocationPlan` — pure data, with no filesystem,
 process, network or timer authority — or raises the refusal:
 
@@ -20,7 +20,7 @@ process, network or timer authority — or raises the refusal:
 Approvals are issued by the host (:class:`ApprovalAuthority`): an HMAC under a key that
 lives only in the host process binds the action digest, the principal, the session and
 an expiry, and each approval is single use. Every approval failure is one opaque
-``APPROVAL_INVALID`` (STYLE §12).
+``APPROVAL_INVALID`` (CONTRIBUTING.md principle 12).
 
 Example::
 
@@ -82,7 +82,7 @@ __all__ = [
 ]
 
 ACTION_DOMAIN = "stockade/tool-invocation@1"
-"""Domain separator of the action digest (DESIGN §7); versioned like every format."""
+"""Domain separator of the action digest (docs/design.md §7); versioned like every format."""
 
 MAX_ENVELOPE_BYTES = 128 * 1024  # bytes of a JSON call envelope (input budget + room)
 
@@ -108,7 +108,7 @@ class Principal(BaseModel):
         project: the project (scope of policy and secrets).
         subject: the stable subject id (a person or an agent).
         expires_at: unix time after which the principal is refused; ``None`` = no expiry.
-            Must be finite: NaN and infinities are refused (issue 9.9: NaN never expired).
+            Must be finite: NaN and infinities are refused (NaN never expired).
     """
 
     model_config = _STRICT
@@ -399,7 +399,7 @@ def _decide(engine: PolicyEngine, principal: Principal, permissions: list[str]) 
 
 
 def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Verdict, Fence]:
-    """Ask the engine about every required permission; a deny lists ALL denied ones (issue 13)."""
+    """Ask the engine about every required permission; a deny lists ALL denied ones."""
     decisions: list[Decision] = []
     denied: list[tuple[str, str]] = []
     permissions = required_permissions(tool)
@@ -498,7 +498,7 @@ def prepare(
     validate_input: Callable[..., bytes] = canonicalize,
     bindings: Mapping[tuple[str, str], str] | None = None,
 ) -> InvocationPlan:
-    """Run DESIGN §6 steps 1–6 and return the plan.
+    """Run docs/design.md §6 steps 1–6 and return the plan.
 
     Args:
         request: the envelope (a CallRequest or its mapping form).
@@ -506,7 +506,7 @@ def prepare(
         engine: the PolicyEngine port.
         tool_policy: the layered tool policy store.
         grants: session grants of this host.
-        max_input_bytes: canonical input budget (DESIGN §5: 64 KiB).
+        max_input_bytes: canonical input budget (docs/design.md §5: 64 KiB).
         now: reference time for expiry checks (defaults to ``time.time()``); must be finite
             (ValueError otherwise).
         validate_input: the schema validator (a seam for tests that spy on it).

@@ -1,4 +1,4 @@
-"""Per (principal, tool) rate limits over a minute and an hour (DESIGN §6 step 7).
+"""Per (principal, tool) rate limits over a minute and an hour (docs/design.md §6 step 7).
 
 Each window is a *sliding* window kept as counters in fixed buckets (1 s buckets for the
 minute, 60 s buckets for the hour). A call is admitted when, for each window, the calls

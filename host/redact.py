@@ -1,4 +1,4 @@
-"""Redaction of staged secret values from everything that leaves the host (DESIGN §8 step 9).
+"""Redaction of staged secret values from everything that leaves the host (docs/design.md §8 step 9).
 
 A :class:`Redactor` is built once per call from the secret values staged for that call and
 is frozen afterwards. It replaces every occurrence of each value, and of every form in which
@@ -19,7 +19,7 @@ Forms covered, for each value ``v`` (its UTF-8 bytes ``b``):
   kept only when at least :data:`MIN_FORM_CHARS` long so short values cannot erase text;
 - basic-auth: base64 of ``username:v`` for every ``basic_usernames`` entry and of ``:v``;
 - hex of ``b`` (upper, lower and mixed case), ``\\xHH`` escapes of ``b``, and hex HTML
-  character references (``&#x73;``, any case) — searched case-insensitively (issue 9.10);
+  character references (``&#x73;``, any case) — searched case-insensitively;
 - HTML: ``html.escape(v)`` and every character as a decimal reference (``&#115;``);
 - double URL-encoding (``quote(quote(v))``, any hex case);
 - UTF-16 (little- and big-endian) of ``v`` in bytes (and its Latin-1 reading in text,
@@ -42,7 +42,7 @@ Cost: one ``str.find``/``bytes.find`` scan per distinct form (C speed), plus one
 length-preserving ASCII lower-casing of the text for the case-insensitive forms, plus one
 copy without CR/LF when the text has line breaks. :meth:`Redactor.texts` redacts many
 short texts (response headers) in one pass per form over their concatenation, so its
-cost is linear in their total size, not in their number (issue 18.5). A hostile, highly
+cost is linear in their total size, not in their number. A hostile, highly
 repetitive body cannot make it quadratic: runs of overlapping matches of a periodic form
 are measured with slice comparisons. With no secrets, every method returns its input
 unchanged (fast path).
@@ -423,7 +423,7 @@ class Redactor:
     def texts(self, items: Sequence[str]) -> list[str]:
         """Redact many texts at once, in one pass per form over their concatenation.
 
-        For response headers (issue 18.5): thousands of short names and values cost one
+        For response headers: thousands of short names and values cost one
         scan of their total size per form, not one scan per item. The texts are joined
         with LF, so a secret's base64 split across two items is found like a wrapped one;
         a match crossing a boundary is redacted on both sides (hiding too much is safe).

@@ -1,4 +1,4 @@
-"""The frozen registry of tool definitions (DESIGN §4, §5).
+"""The frozen registry of tool definitions (docs/design.md §4, §5).
 
 A :class:`FrozenRegistry` is built once, from 0–128 :class:`ToolDefinition` objects, and
 never changes afterwards: there is no register, add or remove, attribute assignment
@@ -6,7 +6,7 @@ raises, and the lookup table is a read-only ``MappingProxyType``. Lookups are ex
 ``(name, version)``: there is no "latest", no prefix match and no fallback.
 
 Every definition carries its :class:`Binding` (package, version, lock generation,
-manifest and module digests). The binding is part of the action digest (DESIGN §7), so
+manifest and module digests). The binding is part of the action digest (docs/design.md §7), so
 an approval given under one generation never authorizes a call under another.
 
 Duplicate ``(name, version)`` pairs and more than 128 definitions raise
@@ -33,7 +33,7 @@ from host.manifest import Effect, PackageManifest, RateLimit, Risk, ToolSpec
 
 __all__ = ["MAX_DEFINITIONS", "Binding", "FrozenRegistry", "ToolDefinition"]
 
-MAX_DEFINITIONS: Final = 128  # DESIGN §5: a registry holds 0–128 tool definitions
+MAX_DEFINITIONS: Final = 128  # docs/design.md §5: a registry holds 0–128 tool definitions
 
 
 @final

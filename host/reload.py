@@ -1,4 +1,4 @@
-"""A running Host follows the fleet's lock generation (issue 11, DESIGN §4, §12).
+"""A running Host follows the fleet's lock generation (docs/design.md §4, §12).
 
 When another process accepts a newer lock generation in the shared state store, a Host
 that follows generations (opt-in: :meth:`host.Host.follow_generations`) reloads its lock

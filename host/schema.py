@@ -1,4 +1,4 @@
-"""The bounded JSON Schema subset of tool inputs and outputs (DESIGN §5).
+"""The bounded JSON Schema subset of tool inputs and outputs (docs/design.md §5).
 
 A tool's ``input_schema`` and ``output_schema`` are checked once, when the manifest
 loads (:func:`check_schema`), and every value crossing the sandbox boundary is validated
@@ -80,19 +80,19 @@ __all__ = [
 ]
 
 MAX_DEPTH: Final = 8
-"""Most nested schema nodes; the root is depth 1 (DESIGN §5)."""
+"""Most nested schema nodes; the root is depth 1 (docs/design.md §5)."""
 MAX_NODES: Final = 256
-"""Most schema nodes in one schema, root included (DESIGN §5)."""
+"""Most schema nodes in one schema, root included (docs/design.md §5)."""
 MAX_PROPERTIES: Final = 64
-"""Most properties of one object node (DESIGN §5)."""
+"""Most properties of one object node (docs/design.md §5)."""
 MAX_ENUM: Final = 64
-"""Most strings in one ``enum`` (DESIGN §5)."""
+"""Most strings in one ``enum`` (docs/design.md §5)."""
 MAX_ITEMS: Final = 256
-"""Largest ``maxItems`` (DESIGN §5: array items ≤ 256)."""
+"""Largest ``maxItems`` (docs/design.md §5: array items ≤ 256)."""
 MAX_DESCRIPTION_CHARS: Final = 4096
 """Longest ``description``, in code points: descriptions go to the model's context."""
 DEFAULT_MAX_BYTES: Final = 64 * 1024
-"""Canonical input budget in bytes (DESIGN §5); outputs pass 256 KiB explicitly."""
+"""Canonical input budget in bytes (docs/design.md §5); outputs pass 256 KiB explicitly."""
 
 _COMMON: Final = frozenset({"type", "description"})
 _ALLOWED: Final[Mapping[str, frozenset[str]]] = {
@@ -282,7 +282,7 @@ def _check_required(required: object, properties: Mapping[str, Any], path: _Toke
 
 
 def check_schema(schema: object, *, root_object: bool = True) -> None:
-    """Refuse a schema outside the bounded subset of DESIGN §5.
+    """Refuse a schema outside the bounded subset of docs/design.md §5.
 
     Args:
         schema: the schema, as parsed JSON (mappings and sequences).
@@ -452,7 +452,7 @@ def canonicalize(
     Args:
         schema: a schema that passed :func:`check_schema`, or ``None`` (only ``null``).
         value: the parsed JSON value.
-        max_bytes: the budget for the canonical bytes (DESIGN §5: 64 KiB for input,
+        max_bytes: the budget for the canonical bytes (docs/design.md §5: 64 KiB for input,
             256 KiB for output).
 
     Raises:

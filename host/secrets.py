@@ -1,4 +1,4 @@
-"""Encrypted, file-backed secrets store (DESIGN §8 "Secrets", STYLE §11-12).
+"""Encrypted, file-backed secrets store (docs/design.md §8 "Secrets", CONTRIBUTING.md principles 11-12).
 
 Model
     A secret is addressed by ``(scope, principal, name)``: ``scope`` is the principal's

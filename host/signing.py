@@ -1,11 +1,11 @@
-"""Signed statements and trusted keys (DESIGN §4, §12). Re-exported by :mod:`host.lock`.
+"""Signed statements and trusted keys (docs/design.md §4, §12). Re-exported by :mod:`host.lock`.
 
 Definitions (stable; authors' tools and reviewers rely on them):
 
 - **Signed statement**: :func:`signed_statement` — RFC 8785 canonical JSON of an object
   whose ``"statement"`` member is a *domain tag* naming what is signed, plus the signed
   fields. A signature is Ed25519 over exactly those bytes, written as canonical base64
-  (standard alphabet, padded) of the 64 signature bytes. The tags (DESIGN §12):
+  (standard alphabet, padded) of the 64 signature bytes. The tags (docs/design.md §12):
 
   - ``"stockade/package@1"`` (:func:`statement_for`): ``{"statement", "package",
     "version", "manifest_sha256", "module_sha256"}``, made by a package signer;
@@ -20,7 +20,7 @@ Definitions (stable; authors' tools and reviewers rely on them):
     (:func:`host.approverkey.approval_statement`), made by an approver key.
 
   Because the tag is inside the signed bytes, a signature made for one purpose never
-  verifies as another (issue 9.5 d), even when one key is trusted for both.
+  verifies as another, even when one key is trusted for both.
 - **Key id**: the first 16 hex characters of sha256 of the raw 32-byte public key
   (:func:`key_id_for`). The trusted keys file must state it, and it must match.
 - **Trusted keys file** (format ``stockade.keys/1``)::
@@ -81,7 +81,7 @@ STATEMENT_APPROVAL: Final = "stockade/approval@1"
 STATEMENT_TAGS: Final = frozenset(
     {STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT, STATEMENT_MCP_SOURCE, STATEMENT_APPROVAL}
 )
-"""Every domain tag a Stockade signature may carry (DESIGN §12); others are refused."""
+"""Every domain tag a Stockade signature may carry (docs/design.md §12); others are refused."""
 
 
 def signed_statement(tag: str, fields: Mapping[str, Any]) -> bytes:

@@ -1,4 +1,4 @@
-"""Manifest problems reported against what the author wrote: ``stockade.toml`` (issue 12).
+"""Manifest problems reported against what the author wrote: ``stockade.toml``.
 
 ``PackageManifest.from_json`` lists every problem with a dotted location in
 ``manifest.json`` (``tools.0.input_schema.properties.q``). Authors never see that file

@@ -1,4 +1,4 @@
-"""npm dependencies of a JavaScript plugin (issue 12 item 2).
+"""npm dependencies of a JavaScript plugin.
 
 A JavaScript plugin declares its dependencies the usual way: ``dependencies`` in a
 ``package.json`` beside ``stockade.toml``, with a ``package-lock.json`` pinning every
@@ -11,7 +11,7 @@ build
    point outside the staged copy), a git dependency (``git+ssh://``, ``github:``: npm
    would run the repository's ``prepare`` script to pack it), a package ``resolved``
    outside the configured npm registry (an arbitrary tarball URL) and a package
-   without ``integrity`` (nothing would check what was downloaded) (issue 34 item 2);
+   without ``integrity`` (nothing would check what was downloaded);
 2. runs ``npm ci --ignore-scripts --allow-git=none --omit=dev`` in the staged copy, which holds only
    ``package.json``, the lock and the sources (the project's own ``node_modules`` and
    ``.npmrc`` are never used), so no package code runs at build time;

@@ -1,4 +1,4 @@
-"""Pure-Python dependencies of a Python plugin (issue 12 item 2).
+"""Pure-Python dependencies of a Python plugin.
 
 ``stockade.toml`` may list them under ``[package] dependencies``, one exact pin each,
 optionally with hashes (pip's requirement syntax)::

@@ -1,4 +1,4 @@
-"""Build a plugin project into a bundle (``stockade build``, DESIGN §3).
+"""Build a plugin project into a bundle (``stockade build``, docs/design.md §3).
 
 Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in milliseconds):
 
@@ -122,7 +122,7 @@ BUILD_ERROR_CODES: Final = (
     "BUILD_PROJECT_INVALID",  # the project cannot be built as it is (too big, a file shadows the SDK)
     "BUILD_TOOL_MISSING",  # node, componentize-py or the JavaScript toolchain is missing
     "BUILD_DEPENDENCY_FAILED",  # a dependency is not pinned or cannot be installed (pip, npm ci failed)
-    "BUILD_DEPENDENCY_REFUSED",  # a dependency holds native code or needs an install script (issue 12)
+    "BUILD_DEPENDENCY_REFUSED",  # a dependency holds native code or needs an install script
     "BUILD_TOOL_FAILED",  # componentize-py/-js failed, timed out or wrote nothing
     "BUILD_WRITE_FAILED",  # the bundle could not be written
 )

@@ -1,4 +1,4 @@
-"""Bundles and package signing for authors (DESIGN §3, §4).
+"""Bundles and package signing for authors (docs/design.md §3, §4).
 
 A bundle is a directory holding ``manifest.json`` and ``module.wasm``. Authors sign the
 statement of :func:`host.lock.statement_for` with an Ed25519 key; hosts list the public

@@ -1,4 +1,4 @@
-"""Test a plugin with pytest: a real in-process host on scripted HTTP (DESIGN §1, issue 6).
+"""Test a plugin with pytest: a real in-process host on scripted HTTP (docs/design.md §1).
 
 :class:`Harness` loads a bundle (building the project first when given a project
 directory) into a real :class:`host.Host`: a lock of generation 1 in a temporary
@@ -43,7 +43,7 @@ Compiling a component takes 8-16 s, so compiled artifacts live in the per-user c
 ``cache_dir`` (default ``$STOCKADE_CACHE_DIR``, else ``$XDG_CACHE_HOME/stockade``, i.e.
 ``~/.cache/stockade``), shared with ``stockade dev``, ``inspect``, ``lock verify`` and
 hosts that opt in: ``builds/`` holds the build cache and ``artifacts/`` the artifacts with
-their HMAC key (each artifact is verified before it is loaded, DESIGN §8; the directory
+their HMAC key (each artifact is verified before it is loaded, docs/design.md §8; the directory
 is pruned least-recently-used first, ``stockade cache prune``).
 """
 

@@ -1,4 +1,4 @@
-"""Editing ``stockade.lock`` for authors and operators (DESIGN §4). The host only reads locks.
+"""Editing ``stockade.lock`` for authors and operators (docs/design.md §4). The host only reads locks.
 
 Every edit reads the current lock strictly, builds the next generation
 (``generation + 1``, ``previous`` = the current lock's digest, see :mod:`host.lock`),
@@ -146,7 +146,7 @@ def _write_next(
         "packages": [entry.model_dump(mode="json") for entry in packages],
     }
     sources = mcp if mcp is not None else list(current.mcp) if current is not None else []
-    if sources:  # MCP sources survive every package edit (issue 15)
+    if sources:  # MCP sources survive every package edit
         body["mcp"] = [entry.model_dump(mode="json") for entry in sources]
     return _write(path, body, operator_key), previous
 

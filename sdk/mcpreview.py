@@ -1,4 +1,4 @@
-"""Reviewing MCP sources: the inspect report, lock-diff changes and pin drift (issue 15).
+"""Reviewing MCP sources: the inspect report, lock-diff changes and pin drift.
 
 Nothing here connects to a server except :func:`live_drift` (used by
 ``stockade lock add-mcp --dry-run``), which starts it as a host would.

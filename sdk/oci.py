@@ -1,4 +1,4 @@
-"""A minimal OCI distribution client for Stockade bundles (DESIGN §12), over httpx.
+"""A minimal OCI distribution client for Stockade bundles (docs/design.md §12), over httpx.
 
 Why not the ``oras`` package (oras-py 0.2.x, read for this decision): its ``get_manifest``
 returns ``response.json()`` — the parsed document, not the bytes — so the manifest's

@@ -1,4 +1,4 @@
-"""Stockade bundles as OCI artifacts: the format, push, and pull-by-digest (DESIGN §12).
+"""Stockade bundles as OCI artifacts: the format, push, and pull-by-digest (docs/design.md §12).
 
 Artifact format (an OCI image manifest, schemaVersion 2, serialized as RFC 8785 canonical
 JSON so the same bundle and signature always push to the same digest)::

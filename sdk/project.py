@@ -1,4 +1,4 @@
-"""Plugin projects: ``stockade.toml`` and how it maps onto the manifest (DESIGN §3).
+"""Plugin projects: ``stockade.toml`` and how it maps onto the manifest (docs/design.md §3).
 
 ``stockade.toml`` mirrors ``manifest.json`` section by section, so the mapping is one
 to one; the build adds ``format`` and ``module`` and fills a few defaults::
@@ -294,7 +294,7 @@ def validate_project(project: Project) -> dict[str, Any]:
         raise ManifestInvalid(
             format_problems(PROJECT_FILE, found),
             hint="fix each key listed; see the key reference in sdk/project.py and the JSON Schema "
-            "sdk/schemas/stockade.toml.schema.json (README: editor set-up)",
+            "sdk/schemas/stockade.toml.schema.json (docs/authors.md: editor set-up)",
             problems=[p.as_dict() for p in found],
             file=str(path),
         ) from None

@@ -1,4 +1,4 @@
-"""What a security reviewer reads: capability reports and lock diffs (DESIGN §3, §4). No printing.
+"""What a security reviewer reads: capability reports and lock diffs (docs/design.md §3, §4). No printing.
 
 A **capability report** (:func:`bundle_report`, :func:`lock_report`) lists everything a
 package may do, from its manifest and its component's imports, without running it:
@@ -635,7 +635,7 @@ def component_report(module: bytes) -> dict[str, Any]:
     try:
         check_header(module)
         census(module)  # the host parses the binary's structure before compiling it, too
-        component, engine, fresh = cached_component(module)  # per-user artifact cache (issue 12)
+        component, engine, fresh = cached_component(module)  # per-user artifact cache
         report["imports"] = _imports(component, engine)
         report["exports"] = sorted(component.type.exports(engine))
         check_component(component, engine)

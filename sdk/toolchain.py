@@ -1,4 +1,4 @@
-"""The JavaScript build toolchain, installed per user (issue 12 item 1).
+"""The JavaScript build toolchain, installed per user.
 
 JavaScript plugins are built with componentize-js, which runs on Node.js and comes from
 npm; esbuild (its platform binary an optional dependency in the lock) bundles a plugin's
@@ -10,7 +10,7 @@ toolchain is installed with ``npm ci --ignore-scripts --omit=dev --allow-git=non
 
 (cache root: :func:`sdk._cachedir.cache_root`). ``--omit=dev`` leaves out the
 ``devDependencies`` only the repository's tests use (``@modelcontextprotocol/sdk`` and its
-transitive packages, issue 34 item 2), so a build never depends on a source
+transitive packages), so a build never depends on a source
 checkout's ``node_modules``. ``$STOCKADE_JS_TOOLCHAIN`` names another directory holding
 a ``node_modules`` with the pinned versions (tests point it at a checkout to avoid a
 download); such a directory is checked, never installed into.

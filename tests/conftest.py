@@ -25,7 +25,7 @@ _SCRUBBED_NAMES = {
 
 _REPO = Path(__file__).resolve().parents[1]
 
-# Hypothesis (issue 34 item 6): the `ci` profile is deterministic, so a failure in CI is
+# Hypothesis: the `ci` profile is deterministic, so a failure in CI is
 # replayed by running the same test again: derandomize fixes the seed (derived from each
 # test), print_blob prints the @reproduce_failure line, no example database carries state
 # between runs, and no deadline makes a loaded 2-core runner fail a test. It is loaded when

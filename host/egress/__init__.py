@@ -1,6 +1,6 @@
-"""Egress: every outbound HTTP request a guest makes, performed by the host (DESIGN §8).
+"""Egress: every outbound HTTP request a guest makes, performed by the host (docs/design.md §8).
 
-Stable entry points (DESIGN §11): :class:`EgressPolicy` (``from_allow``, ``check``,
+Stable entry points (docs/design.md §11): :class:`EgressPolicy` (``from_allow``, ``check``,
 ``vet``), :class:`EgressTarget` and :func:`is_public_address`.
 """
 
@@ -18,7 +18,7 @@ if _typing.TYPE_CHECKING:
 
 # The session (and httpx under it) is imported on first use (PEP 562): importing
 # host.egress.urls, as host.manifest does, must not cost httpx's import time, which every
-# command reading a manifest (``inspect``, ``lock verify``) would pay (issue 12).
+# command reading a manifest (``inspect``, ``lock verify``) would pay.
 _LAZY: dict[str, str] = {
     "EgressSession": "host.egress.session",
     "EgressUsage": "host.egress.session",

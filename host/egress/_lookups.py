@@ -1,4 +1,4 @@
-"""A small pool of resolver threads that callers may abandon (issue 18.1).
+"""A small pool of resolver threads that callers may abandon.
 
 ``getaddrinfo`` cannot be interrupted, so a lookup that must finish before a deadline runs
 in a worker thread; the caller waits at most until the deadline and then walks away. The

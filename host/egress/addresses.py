@@ -1,4 +1,4 @@
-"""Which IP addresses egress may connect to: the address table of DESIGN §8.
+"""Which IP addresses egress may connect to: the address table of docs/design.md §8.
 
 Invariants:
 
@@ -11,7 +11,7 @@ Invariants:
   (``fe80::1%eth0``) is refused.
 * The table is written out below and tested range by range. Python's
   :mod:`ipaddress` is used only to parse and do prefix arithmetic, never to classify:
-  its ``is_global``/``is_private`` flags disagree with DESIGN §8 for several ranges
+  its ``is_global``/``is_private`` flags disagree with docs/design.md §8 for several ranges
   (for example NAT64, 6to4 and Teredo, which embed an IPv4 address that decides
   where a packet really goes).
 
@@ -39,7 +39,7 @@ __all__ = [
     "parse_ipv6",
 ]
 
-# DESIGN §8 "Addresses": every IPv4 range that egress refuses.
+# docs/design.md §8 "Addresses": every IPv4 range that egress refuses.
 BLOCKED_IPV4: tuple[IPv4Network, ...] = tuple(
     IPv4Network(cidr)
     for cidr in (
@@ -57,7 +57,7 @@ BLOCKED_IPV4: tuple[IPv4Network, ...] = tuple(
         "203.0.113.0/24",  # documentation TEST-NET-3
         "224.0.0.0/4",  # multicast
         "240.0.0.0/4",  # reserved
-        "255.255.255.255/32",  # limited broadcast (inside 240/4; listed as DESIGN does)
+        "255.255.255.255/32",  # limited broadcast (inside 240/4; listed as docs/design.md §8 does)
     )
 )
 
@@ -180,7 +180,7 @@ def _ipv6_is_public(address: IPv6Address) -> bool:
 
 
 def is_public_address(text: str) -> bool:
-    """Whether egress may connect to the address ``text`` (DESIGN §8 address table).
+    """Whether egress may connect to the address ``text`` (docs/design.md §8 address table).
 
     Args:
         text: any text; canonical IPv4, or IPv6 bare or in brackets.

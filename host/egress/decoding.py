@@ -1,4 +1,4 @@
-"""Bounded, incremental decoding of response bodies (DESIGN §8 step 7; issues 9.2 and 18.6).
+"""Bounded, incremental decoding of response bodies (docs/design.md §8 "Egress").
 
 A server may ignore the ``Accept-Encoding: identity`` the host sends and compress its
 answer anyway. Decoding such a body the usual way (every listed encoding in turn, each

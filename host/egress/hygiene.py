@@ -1,4 +1,4 @@
-"""Request and response hygiene for host-performed egress (DESIGN §8 steps 2 and 9).
+"""Request and response hygiene for host-performed egress (docs/design.md §8 steps 2 and 9).
 
 The guest never supplies credentials, routing or message framing: the host does. This
 module decides, from names alone, which request headers and query parameters a guest may
@@ -20,7 +20,7 @@ and every other reason to ``denied``):
 - re-routing headers (:data:`REROUTING_HEADERS`: method overrides such as
   ``X-HTTP-Method-Override``, URL rewrites such as ``X-Original-URL``, ``Forwarded``,
   any ``X-Forwarded-*``, client-address headers such as ``X-Real-IP``) are refused
-  (``forbidden_header``, issue 9.4): common servers and frameworks honour them and would
+  (``forbidden_header``): common servers and frameworks honour them and would
   turn an allowed request into another method, path or origin next to the injected
   credentials;
 - every header name is compared after case-folding and mapping ``_`` to ``-``
@@ -171,7 +171,7 @@ def _squash(name: str) -> str:
 
 
 def is_credential_header_name(name: str) -> bool:
-    """Whether a header name is credential-like (DESIGN §8 step 2).
+    """Whether a header name is credential-like (docs/design.md §8 step 2).
 
     Args:
         name: a header name, any case.
@@ -253,7 +253,7 @@ def _check_header(name: str, value: str) -> None:
 
 
 def check_request_headers(headers: Sequence[tuple[str, str]]) -> None:
-    """Check every guest-supplied request header (DESIGN §8 step 2).
+    """Check every guest-supplied request header (docs/design.md §8 step 2).
 
     Args:
         headers: the guest's headers as (name, value) pairs.
@@ -309,7 +309,7 @@ def check_query(query: str | None) -> None:
 
 
 def sanitize_response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Drop the response headers a guest must not see (DESIGN §8 step 9).
+    """Drop the response headers a guest must not see (docs/design.md §8 step 9).
 
     Args:
         headers: the server's headers as (name, value) pairs.

@@ -1,4 +1,4 @@
-"""The egress allowlist and DNS vetting: DESIGN §8 "Egress" steps 3–5.
+"""The egress allowlist and DNS vetting: docs/design.md §8 "Egress" steps 3–5.
 
 :meth:`EgressPolicy.check` normalizes a URL (:func:`host.egress.urls.normalize_url`)
 and matches it against the manifest's ``http.allow`` entries without touching the
@@ -79,7 +79,7 @@ Resolver = Callable[[str], Sequence[str]]
 reported as ``dns_failure``). :func:`system_resolver` is the real one."""
 
 ALLOW_ENTRY_FIELDS: Final = ("scheme", "host", "port", "path_prefix", "methods")
-"""The fields of one manifest ``http.allow`` entry (DESIGN §3)."""
+"""The fields of one manifest ``http.allow`` entry (docs/design.md §3)."""
 
 MAX_DNS_ANSWERS: Final = 64  # answers of one resolution considered; the rest are ignored
 MAX_PENDING_LOOKUPS: Final = 32  # resolver threads alive per process, abandoned ones included

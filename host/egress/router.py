@@ -1,4 +1,4 @@
-"""The credential router: which staged secret goes into which request (DESIGN §8 step 6).
+"""The credential router: which staged secret goes into which request (docs/design.md §8 step 6).
 
 A :class:`CredentialRouter` is built from the credential mappings of ONE package's
 manifest (``http.credentials``); an egress session owns one router, so a mapping of one
@@ -25,7 +25,7 @@ redirect hop) the router:
 
 A location the host writes must not also come from the guest: a guest header or query
 parameter with the same name refuses the request (``credential_conflict``). Names are
-compared the way servers may read them (issue 18.4): header names case-folded with ``_``
+compared the way servers may read them: header names case-folded with ``_``
 mapped to ``-`` (``X_Admin_Key`` is ``X-Admin-Key``); query names percent-decoded,
 case-folded, with array suffixes (``appid[]``, ``appid[0]``) removed and everything but
 letters and digits dropped (``APPID``, ``app_id``, ``appid%00`` are ``appid``).

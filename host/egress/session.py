@@ -1,4 +1,4 @@
-"""One tool call's egress: the :class:`EgressPort` the sandbox calls (DESIGN §8 steps 1–10).
+"""One tool call's egress: the :class:`EgressPort` the sandbox calls (docs/design.md §8 steps 1–10).
 
 An :class:`EgressSession` is built by the gateway for ONE call of ONE package and
 performs every ``http-request`` of that call. :meth:`EgressSession.send` never raises for
@@ -112,8 +112,8 @@ __all__ = [
     "RequestRecord",
 ]
 
-MAX_REDIRECTS: Final = 3  # redirect hops followed per request (DESIGN §8 step 8)
-MAX_RESPONSE_HEADERS: Final = 256  # header lines of one response (issue 18.5)
+MAX_REDIRECTS: Final = 3  # redirect hops followed per request (docs/design.md §8 step 8)
+MAX_RESPONSE_HEADERS: Final = 256  # header lines of one response
 _MAX_VETTED_HOSTS: Final = 64  # hosts whose vetted answer one call remembers
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _UNSAFE_LOCATION: Final = re.compile(r"[\x00-\x20\x7f]")  # controls, space (urljoin strips some)
@@ -347,8 +347,8 @@ class EgressSession:
             hop.sent = 0 if body is None else len(body)
             hop.started = time.monotonic()
             target = self._follow(target, location, method, hop)
-            self._count_request()  # issue 18.6: every hop followed is an outbound request
-            headers = []  # DESIGN §8 step 8: every header of the previous hop is dropped
+            self._count_request()  # every hop followed is an outbound request
+            headers = []  # docs/design.md §8 step 8: every header of the previous hop is dropped
 
     # --- steps ---
 
@@ -361,7 +361,7 @@ class EgressSession:
     def _follow(self, current: EgressTarget, location: str, method: str, hop: _Hop) -> EgressTarget:
         """The next hop's target, with every request-side check of a guest request.
 
-        Never raises anything but :class:`_Refused` (issue 18.2): a ``Location`` with a
+        Never raises anything but :class:`_Refused`: a ``Location`` with a
         control character or whitespace is refused rather than repaired (``urljoin``
         would silently strip TAB/CR/LF), and one ``urljoin`` cannot parse
         (``http://[/x``) is refused too, both as ``invalid_redirect``.
@@ -384,7 +384,7 @@ class EgressSession:
             ) from None
         try:
             target = self._check(method, joined, hop)
-            check_query(target.query)  # issue 18.3: the same query rules as a guest request
+            check_query(target.query)  # the same query rules as a guest request
         except EgressDenied as exc:
             raise _denied(exc, redirect=True) from None
         except ValueError:
@@ -486,7 +486,7 @@ class EgressSession:
             hop.received = response.num_bytes_downloaded
             response.close()
         kept = sanitize_response_headers(response.headers.multi_items())
-        # One pass per secret form over all names and values (issue 18.5), not one per header.
+        # One pass per secret form over all names and values, not one per header.
         flat = self._redactor.texts([text for pair in kept for text in pair])
         headers = tuple(zip(flat[0::2], flat[1::2], strict=True))
         redacted = self._redactor.bytes(body)
@@ -497,7 +497,7 @@ class EgressSession:
         return result
 
     def _read_body(self, response: httpx.Response, deadline: float) -> bytes:
-        """Stream, decode (bounded) and collect the body; issue 9.2 / 18.6 bounds.
+        """Stream, decode (bounded) and collect the body under the response bounds.
 
         Raw bytes are read with ``iter_raw`` (httpx's own decoders are unbounded) and
         decoded here by :class:`BodyDecoder`: at most ``limit`` decoded bytes plus one

@@ -1,4 +1,4 @@
-"""The pinned transport: connect only to vetted addresses, verify TLS by host name (DESIGN §8).
+"""The pinned transport: connect only to vetted addresses, verify TLS by host name (docs/design.md §8).
 
 DNS is resolved and vetted once per request by the policy (``EgressPolicy.vet``); the
 addresses it returns are *pinned* in a :class:`Pins` table. The network backend under the
@@ -134,7 +134,7 @@ class _InformationalCounter:
     """Counts the interim (1xx) response heads a server sends before its final response.
 
     httpcore skips every ``1xx`` but ``101`` and reads on, so an endless stream of
-    ``103 Early Hints`` would keep a request busy until its deadline (issue 18.6). The
+    ``103 Early Hints`` would keep a request busy until its deadline. The
     counter watches the bytes read after each request is written, head by head (heads end
     with an empty line; h11 accepts LF as well as CRLF), and raises
     ``httpcore.RemoteProtocolError`` past :data:`MAX_INFORMATIONAL_RESPONSES`. It stops

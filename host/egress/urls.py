@@ -1,4 +1,4 @@
-"""URL normalization and host/path patterns: the URL rules of DESIGN §8.
+"""URL normalization and host/path patterns: the URL rules of docs/design.md §8.
 
 Every allowlist check and every credential match goes through :func:`normalize_url`,
 :class:`HostPattern` and :func:`path_matches`, so there is one reading of a URL.
@@ -27,7 +27,7 @@ Invariants (refuse, never repair):
   client would have to re-encode it, and what is checked must be what is sent). Every
   ``%`` starts a valid escape and each decoded segment is valid UTF-8 (``invalid_url``).
   A segment decoding to contain ``/`` or ``\\`` is ``encoded_separator``; one decoding
-  to contain a control character is ``control_character`` (stricter than DESIGN: an
+  to contain a control character is ``control_character`` (stricter than docs/design.md §8: an
   encoded NUL or CR/LF has no use in an API path and is a classic truncation trick).
   ``.``/``..`` followed by ``;`` (``/..;/``, read as ``..`` by some servers) is
   ``dot_segment``. Escapes of unreserved characters are decoded and other escapes
@@ -137,7 +137,7 @@ class UrlOrigin(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class NormalizedUrl:
-    """A URL that passed every rule of DESIGN §8, in the form that is sent.
+    """A URL that passed every rule of docs/design.md §8, in the form that is sent.
 
     Attributes:
         scheme: ``"http"`` or ``"https"``.
@@ -169,7 +169,7 @@ class NormalizedUrl:
 
 
 def normalize_url(url: str) -> NormalizedUrl:
-    """Check and normalize an absolute http(s) URL by the rules of DESIGN §8.
+    """Check and normalize an absolute http(s) URL by the rules of docs/design.md §8.
 
     Args:
         url: the URL as the guest gave it (untrusted).

@@ -1,4 +1,4 @@
-"""Stockade as an MCP server (optional extra ``stockade[mcp]``; DESIGN §12).
+"""Stockade as an MCP server (optional extra ``stockade[mcp]``; docs/design.md §12).
 
 :mod:`host.mcp.server` (the server; needs the ``mcp`` SDK), :mod:`host.mcp.transport`
 (stdio, Streamable HTTP, reload triggers), :mod:`host.mcp.state` (single-use

@@ -1,4 +1,4 @@
-"""Stockade as an MCP server: a thin adapter over :class:`~host.Host` (DESIGN §12).
+"""Stockade as an MCP server: a thin adapter over :class:`~host.Host` (docs/design.md §12).
 
 Built on the official SDK's low-level ``mcp.server.Server``: the manifest owns the
 schemas, and policy is decided before input is looked at, exactly as ``Host.call``. This

@@ -7,7 +7,7 @@ followed by HMAC-SHA256 under a key that never leaves this process. :meth:`redee
 accepts a state once: the nonce is remembered until the state expires, so a replayed
 state is refused even though its MAC is valid.
 
-Every failure is one opaque APPROVAL_INVALID (STYLE §12); the reason is only logged.
+Every failure is one opaque APPROVAL_INVALID (CONTRIBUTING.md principle 12); the reason is only logged.
 
 Example::
 

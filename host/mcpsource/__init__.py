@@ -1,4 +1,4 @@
-"""External MCP servers as a governed tool source (DESIGN §12, issue 15).
+"""External MCP servers as a governed tool source (docs/design.md §12).
 
 - :mod:`host.mcpsource.pin`: the ``stockade.mcp/1`` declaration, the
   ``stockade.mcp-pin/1`` pin, the lock entry and their verification;
@@ -11,5 +11,5 @@
   cancellation, restarts).
 
 The :class:`host.Host` is still the one entry point: a pinned tool is an ordinary
-registry entry, and a call to it runs the whole pipeline of DESIGN §6.
+registry entry, and a call to it runs the whole pipeline of docs/design.md §6.
 """

@@ -1,4 +1,4 @@
-"""The HTTP client of a Streamable HTTP MCP source, under the host's egress rules (issue 15).
+"""The HTTP client of a Streamable HTTP MCP source, under the host's egress rules.
 
 The official SDK's ``streamable_http_client`` speaks the protocol; every byte it sends
 or receives goes through :class:`SourceTransport`, an ``httpx2`` transport built here

@@ -1,4 +1,4 @@
-"""Declaring and pinning an external MCP server as a tool source (DESIGN §12, issue 15).
+"""Declaring and pinning an external MCP server as a tool source (docs/design.md §12).
 
 Three documents, each versioned and parsed strictly (unknown fields refused):
 
@@ -23,7 +23,7 @@ Three documents, each versioned and parsed strictly (unknown fields refused):
 A pinned tool becomes an ordinary registry entry through :func:`pinned_manifest`: a
 synthetic manifest whose module digest is the pin digest, so the binding (and with it
 the action digest of every call) changes whenever the pin changes. Its schemas pass the
-same bounded subset as package schemas (DESIGN §5); a tool whose schema does not is
+same bounded subset as package schemas (docs/design.md §5); a tool whose schema does not is
 refused at pin time, never loosened.
 """
 
@@ -78,7 +78,7 @@ PIN_FORMAT: Final = "stockade.mcp-pin/1"
 SOURCE_STATEMENT: Final = STATEMENT_MCP_SOURCE
 MAX_PIN_BYTES: Final = 1024 * 1024  # bytes of one pin file (schemas of up to 128 tools)
 MAX_DECLARATION_BYTES: Final = 64 * 1024  # bytes of one declaration file
-MAX_CALL_TIMEOUT_MS: Final = 3_600_000  # ms, DESIGN §3's longest tool timeout
+MAX_CALL_TIMEOUT_MS: Final = 3_600_000  # ms, docs/design.md §3's longest tool timeout
 MAX_CONCURRENT: Final = 64  # calls in flight to one server
 
 _T = TypeVar("_T", bound=BaseModel)
@@ -494,7 +494,7 @@ def pinned_manifest(
     is the source's call timeout.
 
     Raises:
-        ManifestInvalid: a tool's name or schemas leave Stockade's rules (DESIGN §3, §5).
+        ManifestInvalid: a tool's name or schemas leave Stockade's rules (docs/design.md §3, §5).
     """
     doc = {
         "format": "stockade.manifest/1",

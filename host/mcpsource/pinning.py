@@ -1,4 +1,4 @@
-"""Pinning: connect to a declared server once and turn its tool list into a pin (issue 15).
+"""Pinning: connect to a declared server once and turn its tool list into a pin.
 
 :func:`pin_source` starts the server exactly as a host would (same isolation, same
 secrets), lists its tools, and for each one maps the server's name to a Stockade name

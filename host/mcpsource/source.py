@@ -3,8 +3,8 @@
 :class:`McpSource` owns at most one session with its server: a process it started
 (:class:`~host.mcpsource.stdio.StdioConnection`) or a Streamable HTTP session reached
 through the host's egress rules (:class:`~host.mcpsource.http.HttpConnection`). Every
-(re)connect lists the server's tools and compares each with its pin (rug-pull check,
-issue 15 item 2): a tool whose digest differs, or that disappeared, is withheld
+(re)connect lists the server's tools and compares each with its pin (rug-pull check):
+a tool whose digest differs, or that disappeared, is withheld
 (calls fail MCP_TOOL_CHANGED), a tool the pin does not name is never offered, and the
 differences are kept in :attr:`McpSource.drift` and written to the audit log
 (``mcp.drift``). A server that failed is restarted on the next call: at once after the

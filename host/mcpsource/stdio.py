@@ -1,4 +1,4 @@
-"""A bounded JSON-RPC client for one MCP server process over stdio (issue 15 item 4).
+"""A bounded JSON-RPC client for one MCP server process over stdio.
 
 The host starts the server itself instead of through the SDK's ``stdio_client`` because
 it must control the spawn and bound every byte it reads:

@@ -1,4 +1,4 @@
-"""Policy: the PolicyEngine port, the layered tool policy and session grants (DESIGN §6).
+"""Policy: the PolicyEngine port, the layered tool policy and session grants (docs/design.md §6).
 
 - :mod:`host.policy.engine` — ``PolicyEngine`` port, ``Decision``/``Fence``,
   :func:`check_fences`, and the file-backed default engine.

@@ -1,4 +1,4 @@
-"""The PolicyEngine port, fence checks and the file-backed engine (DESIGN §6 step 3).
+"""The PolicyEngine port, fence checks and the file-backed engine (docs/design.md §6 step 3).
 
 The gateway asks the engine about ``tool.call:{name}`` and every permission a tool
 requires *before* it parses the input. Every answer is a :class:`Decision` carrying the

@@ -1,4 +1,4 @@
-"""Session grants ("always, for this session") and the final policy verdict (DESIGN §6 step 4).
+"""Session grants ("always, for this session") and the final policy verdict (docs/design.md §6 step 4).
 
 A person answering an approval prompt with "always" grants that tool for the rest of the
 session. A grant is keyed by (principal, session, tool) — principal being

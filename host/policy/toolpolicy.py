@@ -1,4 +1,4 @@
-"""Layered tri-state tool policy: managed cap, user selectors, class defaults (DESIGN §6 step 4).
+"""Layered tri-state tool policy: managed cap, user selectors, class defaults (docs/design.md §6 step 4).
 
 Every tool resolves to one :class:`ToolMode` — ``disabled``, ``ask`` or ``allow``
 (strictness: disabled > ask > allow) — in three layers:
@@ -129,7 +129,7 @@ MAX_PARTITIONS_CACHED = 1024  # partitions whose parsed files are kept in memory
 MAX_NAME_CHARS = 256  # characters of an account, workspace, service or tool name
 
 EFFECT_CLASSES = tuple(effect.value for effect in Effect)
-"""The effect classes of DESIGN §3 (a tool's ``effect``), as text."""
+"""The effect classes of docs/design.md §3 (a tool's ``effect``), as text."""
 
 
 class ToolMode(str, Enum):

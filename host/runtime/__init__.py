@@ -1,4 +1,4 @@
-"""The sandbox runtime: engine, artifact cache, component checks, per-call sandbox (DESIGN §2, §8).
+"""The sandbox runtime: engine, artifact cache, component checks, per-call sandbox (docs/design.md §2, §8).
 
 Example::
 

@@ -1,7 +1,7 @@
 """Two repairs of wasmtime-py 50, applied when the runtime is imported.
 
 1. Thread safety of untagged-variant lowering (below).
-2. Fewer copies when a ``string`` crosses the boundary (issue 9 item 3; every fresh
+2. Fewer copies when a ``string`` crosses the boundary (every fresh
    16 MiB buffer costs about 40 ms of page faults on this machine):
 
    - lowering: wasmtime-py's ``String.convert_to_c`` encodes the text, copies it into a

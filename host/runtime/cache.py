@@ -1,4 +1,4 @@
-"""The compiled-artifact cache (DESIGN §2, §8): compile once, verify before every load.
+"""The compiled-artifact cache (docs/design.md §2, §8): compile once, verify before every load.
 
 A serialized wasmtime component is native code: deserializing attacker-controlled bytes
 means running them. So an artifact on disk is loaded only if it carries a valid
@@ -20,7 +20,7 @@ Writes are atomic (temporary file in the same directory, fsync, ``os.replace``, 
 the directory); readers therefore see a whole old file or a whole new one. The bytes that
 were verified are the bytes that are deserialized (no second read of the file).
 
-One cache per user (issue 12): :func:`user_artifact_dir` (``$STOCKADE_CACHE_DIR`` or
+One cache per user: :func:`user_artifact_dir` (``$STOCKADE_CACHE_DIR`` or
 ``$XDG_CACHE_HOME/stockade`` or ``~/.cache/stockade``, then ``artifacts/``, holding its own
 ``artifact.key``) is shared by the authoring harness, the CLI and host apps that opt in
 (``HostConfig.artifact_cache_dir``). A successful load refreshes the artifact's mtime; with
@@ -363,8 +363,8 @@ _RAW_DESERIALIZE: Final = (
     and hasattr(wc.Component, "_from_ptr")
     and hasattr(wasmtime.WasmtimeError, "_from_ptr")
 )
-"""Whether wasmtime-py's private names used by :func:`_deserialize_at` exist (issue 16:
-private names are guarded, with the public path as the fallback)."""
+"""Whether wasmtime-py's private names used by :func:`_deserialize_at` exist (private
+names are guarded, with the public path as the fallback)."""
 
 
 def _read_private(path: Path) -> mmap.mmap:

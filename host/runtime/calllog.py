@@ -1,4 +1,4 @@
-"""The bounded log of one call: the ``log`` import, WASI stdout and stderr (DESIGN §8).
+"""The bounded log of one call: the ``log`` import, WASI stdout and stderr (docs/design.md §8).
 
 Every byte the guest writes is counted against ``max_log_bytes``. What fits is kept (a
 write that crosses the limit is cut at a UTF-8 boundary); the rest is dropped, counted,

@@ -1,4 +1,4 @@
-"""Load-time checks of a component's imports and exports (DESIGN §2).
+"""Load-time checks of a component's imports and exports (docs/design.md §2).
 
 The checks read ``Component.type.imports(engine)`` / ``.exports(engine)``; they never
 instantiate anything. A component is accepted only if:
@@ -19,7 +19,7 @@ instantiate anything. A component is accepted only if:
 - a component built for ``stockade:plugin@1.0.0`` (``host@1.0.x`` or ``types@1.0.x``) is
   refused with a hint to rebuild: 1.0.0 carried headers as ``list<header>`` and bodies as
   ``list<u8>``, which wasmtime-py lifts one element at a time in Python, outside every
-  limit (issue 9 item 3). 1.1.0 carries each as one ``string``.
+  limit. 1.1.0 carries each as one ``string``.
 
 How types are compared: wasmtime-py 50 exposes the full structure of component value
 types (``RecordType.fields``, ``VariantType.cases``, ``EnumType.names``,

@@ -1,10 +1,10 @@
-"""The guest's monotonic clock: no WASI sleep outlives the call deadline (DESIGN §8, §12).
+"""The guest's monotonic clock: no WASI sleep outlives the call deadline (docs/design.md §8, §12).
 
 The problem. Epoch interruption stops a guest only at wasm function entries and loop
 back-edges, never inside a host function. wasmtime's native WASI
 ``wasi:io/poll#[method]pollable.block`` and ``#poll`` block in Rust until a pollable is
 ready; a guest that subscribes to ``monotonic-clock.subscribe-duration(8 s)`` and blocks
-on it under a 1 s deadline would sleep 8 s (issue 9, item 1).
+on it under a 1 s deadline would sleep 8 s.
 
 Where a pollable can come from, with the WASI context the sandbox builds (no preopens,
 no environment, empty closed stdin, stdout/stderr as host callbacks, sockets and name

@@ -1,4 +1,4 @@
-"""The wasmtime Engine of a host and its epoch ticker (DESIGN §8).
+"""The wasmtime Engine of a host and its epoch ticker (docs/design.md §8).
 
 One Engine per host, with fuel metering and epoch interruption on. A daemon thread
 increments the engine's epoch every :data:`EPOCH_TICK_MS` milliseconds; a store's epoch
@@ -46,7 +46,7 @@ EPOCH_TICK_MS: Final = 10
 
 ENGINE_SETTINGS: Final[Mapping[str, object]] = MappingProxyType(
     {
-        # Limits (DESIGN §8): fuel per call and a wall-clock deadline in epoch ticks.
+        # Limits (docs/design.md §8): fuel per call and a wall-clock deadline in epoch ticks.
         "consume_fuel": True,
         "epoch_interruption": True,
         "wasm_component_model": True,

@@ -17,7 +17,7 @@ chain. Letting a Python exception escape would go through wasmtime-py's process-
 Conversions (``sdk/wit/stockade.wit`` 1.1.0, :mod:`host.egress.port`). Each value that can
 be large crosses as one ``string``, so wasmtime-py moves it with one buffer copy; a
 ``list<…>`` would cost one Python conversion per element before any check could run
-(issue 9 item 3, NOTES "Moving bytes across the component boundary"):
+(measured with wasmtime-py 50; docs/design.md §2):
 
 - ``request`` record -> :class:`HttpRequest`. ``headers`` is JSON text, an array of
   ``[name, value]`` string pairs: over :data:`MAX_HEADER_BLOCK_CHARS` characters it is

@@ -1,4 +1,4 @@
-"""Interrupting one running store from another thread (cancellation, DESIGN §12 "MCP server").
+"""Interrupting one running store from another thread (cancellation, docs/design.md §12 "MCP server").
 
 Epoch interruption is engine-wide: incrementing the epoch to stop one call would shorten
 every other call's deadline. wasmtime's C API offers a per-store *epoch deadline

@@ -1,4 +1,4 @@
-"""Value types of the sandbox runtime: limits in, results and usage out (DESIGN §8).
+"""Value types of the sandbox runtime: limits in, results and usage out (docs/design.md §8).
 
 Everything here is a frozen dataclass: a call's limits cannot change while it runs and a
 result cannot be edited after the sandbox produced it.

@@ -1,4 +1,4 @@
-"""The sandbox runtime of one host: engine, ticker, linker, loaded components (DESIGN §2, §8).
+"""The sandbox runtime of one host: engine, ticker, linker, loaded components (docs/design.md §2, §8).
 
 Invariants:
 - one Engine (fuel + epoch interruption) and one epoch ticker thread per Runtime; the

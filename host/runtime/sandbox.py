@@ -1,4 +1,4 @@
-"""One call in a fresh sandbox (DESIGN §8).
+"""One call in a fresh sandbox (docs/design.md §8).
 
 Per call: a new ``Store`` and a new instance (never reused), fuel = the manifest's limit,
 an epoch deadline from the timeout (ticks of 10 ms, rounded up, plus one), store limits
@@ -28,7 +28,7 @@ memory silently and then traps is reported as SANDBOX_TRAP; either way the limit
 The Python guest SDK catches ``MemoryError`` (so the instance ends cleanly) and returns
 ``failed`` with exactly :data:`GUEST_OUT_OF_MEMORY`; that answer is SANDBOX_MEMORY too.
 
-The deadline bounds the wall time of the whole call (DESIGN §12). Epoch interruption stops
+The deadline bounds the wall time of the whole call (docs/design.md §12). Epoch interruption stops
 running wasm; a guest blocked in WASI wakes by the deadline because the monotonic clock
 is the host's (:mod:`host.runtime.clock`); and a call that *ends* past its deadline is
 SANDBOX_TIMEOUT whatever the guest returned.
@@ -213,7 +213,7 @@ def execute(
         store.set_wasi(_wasi_config(log))
     outcome = _invoke(store, linker, loaded, context, call_args=(tool, input_json))
     if time.monotonic_ns() > deadline_ns:
-        # The wall-time bound of DESIGN §12: a guest woken from a clamped WASI sleep may
+        # The wall-time bound of docs/design.md §12: a guest woken from a clamped WASI sleep may
         # return before meeting another epoch check; its answer came too late.
         context.deadline_hit = True
     fuel_left = store.get_fuel()
@@ -249,7 +249,7 @@ def execute(
 
 def _wasi_config(log: CallLog) -> wasmtime.WasiConfig:
     # A default WasiConfig grants nothing: no preopens, no environment, no arguments,
-    # empty stdin, and socket operations are denied (NOTES: verified against a listener).
+    # empty stdin, and socket operations are denied (verified against a real listener).
     wasi = wasmtime.WasiConfig()
     wasi.stdout_custom = log.writer("stdout")
     wasi.stderr_custom = log.writer("stderr")

@@ -1,4 +1,4 @@
-"""The state-store port and its backends (issue 11, DESIGN §12).
+"""The state-store port and its backends (docs/design.md §12).
 
 See :mod:`host.store.port` for the contract. ``local`` is the embedded default;
 ``postgres`` (``pip install 'stockade[postgres]'``) lets many host processes behave as

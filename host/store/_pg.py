@@ -1,8 +1,8 @@
 """Connections to the store's PostgreSQL database: a pool, fail-closed error mapping and a
-DSN whose password never reaches a log, an error or an audit record (issue 11).
+DSN whose password never reaches a log, an error or an audit record.
 
 Every database error becomes a :class:`~host.errors.StockadeError` at this boundary
-(STYLE §3): the caller chooses which (AUDIT_UNAVAILABLE for an audit append,
+(CONTRIBUTING.md principle 3): the caller chooses which (AUDIT_UNAVAILABLE for an audit append,
 STORE_UNAVAILABLE otherwise). Messages are built from the error's class and its first
 line with the password cut out, never from the DSN.
 

@@ -1,4 +1,4 @@
-"""Export and verify the audit chains held in a PostgreSQL store (issue 11).
+"""Export and verify the audit chains held in a PostgreSQL store.
 
 A chain in the database is the same sequence of canonical JSON lines as an audit log
 file, so exporting is writing each line plus ``"\\n"`` in ``seq`` order, and the export

@@ -1,4 +1,4 @@
-"""The embedded default backend: files under the state dir and process memory (issue 11).
+"""The embedded default backend: files under the state dir and process memory.
 
 :class:`LocalStore` is exactly what a host kept before the store port existed, wired
 behind it, so its behaviour and speed do not change:
@@ -159,7 +159,7 @@ def _lock(path: Path) -> int:
             f"the state dir {str(path.parent)!r} is in use by another host process",
             hint=(
                 "A local store serves one host process. Give each process its own state dir, "
-                "or share state through PostgreSQL: --store postgresql://… (see README, Scaling out)."
+                "or share state through PostgreSQL: --store postgresql://… (docs/operators.md)."
             ),
         ) from None
     except OSError as exc:

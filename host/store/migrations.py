@@ -1,4 +1,4 @@
-"""Versioned schema of the PostgreSQL store (``stockade store migrate``, issue 11).
+"""Versioned schema of the PostgreSQL store (``stockade store migrate``).
 
 :data:`MIGRATIONS` is an append-only list: migration *n* takes the schema from version
 *n - 1* to *n*, and a shipped migration is never edited (a fix is a new migration). The

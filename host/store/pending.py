@@ -1,4 +1,4 @@
-"""The pending-approval queue behind the store port (issue 11; the file queue is
+"""The pending-approval queue behind the store port (the file queue is
 :class:`host.approvals.ApprovalQueue`).
 
 :class:`PgPendingApprovals` keeps the contract of :class:`~host.approvals.ApprovalQueue`

@@ -1,7 +1,7 @@
 """The state-store port: every piece of host state that many processes must agree on
-(DESIGN §12 "State-store port", issue 11).
+(docs/design.md §12 "State-store port").
 
-A :class:`StateStore` is a bundle of narrow ports (STYLE §2), one per kind of state
+A :class:`StateStore` is a bundle of narrow ports (CONTRIBUTING.md principle 2), one per kind of state
 the call pipeline keeps. The gateway holds each of them and never knows which backend is
 behind it:
 
@@ -19,7 +19,7 @@ Contract every backend keeps (``tests/store/test_contract.py`` runs both):
 - the audit chain format is the one of :mod:`host.audit`, byte for byte, so an exported
   chain verifies with ``stockade log verify``; appends to one chain never fork it;
 - an approval is redeemed once, whatever the number of processes racing for it; every
-  failure is the one opaque APPROVAL_INVALID (STYLE §12);
+  failure is the one opaque APPROVAL_INVALID (CONTRIBUTING.md principle 12);
 - a rate-limit refusal counts nothing; a window never admits more than its limit;
 - a grant only ever answers for the exact (project, subject), session and tool;
 - a lower lock generation than the highest one accepted is LOCK_ROLLBACK;

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend: many host processes behave as one (issue 11, DESIGN §12).
+"""The PostgreSQL backend: many host processes behave as one (docs/design.md §12).
 
 Install with ``pip install 'stockade[postgres]'`` (psycopg 3 + psycopg-pool); create or
 upgrade the schema with ``stockade store migrate --store postgresql://…`` before hosts

@@ -1,4 +1,4 @@
-"""Notice a newer lock generation accepted by another process (issue 11, DESIGN §4, §12).
+"""Notice a newer lock generation accepted by another process (docs/design.md §4, §12).
 
 A :class:`GenerationWatcher` runs one daemon thread that compares the store's accepted
 generation (:meth:`~host.store.port.LockGenerationPort.current_generation`) with the

@@ -15,7 +15,7 @@ Two steps, always in this order:
    the path and refuses an escape during the same open, so a symlink swapped in between a
    check and the open cannot win.
 
-Choices (documented in the README, "Workspace files"):
+Choices (documented in docs/workspace.md):
 
 - reads follow symlinks that stay beneath the root; an outward one is ``path_escape``;
 - writes never traverse a symlink (``RESOLVE_NO_SYMLINKS`` for the directory, ``O_NOFOLLOW``
@@ -144,7 +144,7 @@ def _refused(rel: RelPath, reason: str, message: str) -> PolicyDenied:
         f"path {rel.text!r} {message}",
         reason=reason,
         path=rel.text,
-        hint="Only regular files beneath the workspace root are reachable (README: Workspace files).",
+        hint="Only regular files beneath the workspace root are reachable (docs/workspace.md).",
     )
 
 

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-if TYPE_CHECKING:  # imported where used: start-up time (issue 13, item 9)
+if TYPE_CHECKING:  # imported where used: start-up time
     from rich.console import Console
 
     from host import Host, HostConfig, SecretsStore
@@ -252,7 +252,7 @@ def audit_path(args: argparse.Namespace) -> Path:
 def location_flags(args: argparse.Namespace, *, lock: bool = False) -> str:
     """The options a suggested command needs to act on the same files as this one.
 
-    Hints print commands to run "as written" (issue 13, item 2): when this command
+    Hints print commands to run "as written": when this command
     found its files through ``--config``, ``--state-dir`` or ``--lock`` on the command
     line, the suggested command needs the same options (with absolute paths).
     """
@@ -455,7 +455,7 @@ def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         unsafe_allow_unsigned=signatures_waived(args),
         trusted_keys_file=args.trusted_keys,
         trusted_operator_keys_file=args.trusted_operator_keys,
-        artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user (issue 12)
+        artifact_cache_dir=user_artifact_dir(),  # one compiled-artifact cache per user
         debug_guest_errors=bool(getattr(args, "debug", False)),  # --debug: guest tracebacks
         admin_policy_dir=settings.admin_policy_dir if settings is not None else None,
         approver_key_file=settings.approver_key if settings is not None else None,

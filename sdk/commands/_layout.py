@@ -1,4 +1,4 @@
-"""Review output that fits where it is read: a terminal, or an 80-column CI log (issue 13).
+"""Review output that fits where it is read: a terminal, or an 80-column CI log.
 
 :func:`emit` prints a titled section of rows. When the rows fit the console width
 without wrapping, they are a table; below that, every row becomes a block of one field

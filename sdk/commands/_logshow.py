@@ -1,4 +1,4 @@
-"""``stockade log show``: a human view of the audit log (issue 13, item 4).
+"""``stockade log show``: a human view of the audit log.
 
 Reads the JSON lines the host appends (``host.audit``) without verifying the chain
 (``stockade log verify`` does that) and without importing anything heavy: it must start

@@ -1,4 +1,4 @@
-"""Where the CLI gets the passphrase of an encrypted signing key (issue 34 item 4).
+"""Where the CLI gets the passphrase of an encrypted signing key.
 
 Never from the command line (argv is visible to every user in ``ps`` and lands in shell
 history). In order:

@@ -1,4 +1,4 @@
-"""``stockade policy explain``: the layers of one policy decision (DESIGN §6 steps 3–4).
+"""``stockade policy explain``: the layers of one policy decision (docs/design.md §6 steps 3–4).
 
 The same rules as the gateway, asked layer by layer so each can be shown: the engine's
 answer for ``tool.call:NAME`` and every declared permission (and which of the subject's

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 from host.errors import ManifestInvalid
 from sdk.commands._common import cell, safe_text, stderr_console
 
-if TYPE_CHECKING:  # host.runtime imports wasmtime: `stockade build` never needs it (issue 12)
+if TYPE_CHECKING:  # host.runtime imports wasmtime: `stockade build` never needs it
     from host.runtime import ProgressEvent
 
 __all__ = ["LINE_EVERY_S", "BuildReport", "CompileReport", "author_progress", "problems_listed"]
@@ -28,7 +28,7 @@ LINE_EVERY_S: Final = 10.0  # s between repeated plain lines of one long stage
 _COUNTER: Final = re.compile(r"\s*\([^()]*\)$")  # "componentize-py (12 s)" -> "componentize-py"
 _COMPILE_VERBS: Final = {
     "cached": "loaded compiled {name} from the cache",
-    # measured (issue 12): 6.4 s (Python template) and 8.4 s (examples/js-deps) on 2 idle cores
+    # measured: 6.4 s (Python template) and 8.4 s (examples/js-deps) on 2 idle cores
     "compiling": "compiling {name} (first time only; 5-20 s on 2 idle cores, longer on a busy machine)",
     "compiled": "compiled {name}",
 }

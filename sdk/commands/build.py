@@ -11,7 +11,7 @@ Dependencies: Python pins under ``[package] dependencies`` are installed with pi
 (wheels only); a JavaScript project's ``package.json`` dependencies are installed from its
 ``package-lock.json`` with ``npm ci --ignore-scripts`` and bundled with esbuild. A
 package with a native extension or addon, or an install script, is refused with
-BUILD_DEPENDENCY_REFUSED (see README, "Dependencies").
+BUILD_DEPENDENCY_REFUSED (see docs/authors.md, "Dependencies").
 
 A bundle that ``stockade.lock`` (in DIR or the working directory) pins with other
 digests is never overwritten: the build stops with BUNDLE_LOCKED, naming the lock, the

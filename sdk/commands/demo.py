@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 if every step behaved as expected, else 1."""
-    # without a terminal on stdin nobody can answer a prompt: behave as --ci (issue 13)
+    # without a terminal on stdin nobody can answer a prompt: behave as --ci
     ci = bool(args.ci) or not sys.stdin.isatty()
     try:
         return run_demo(ci=ci, workdir=args.workdir)

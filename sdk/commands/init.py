@@ -135,7 +135,7 @@ def _write_config(target: Path, text: str) -> HostFile:
     """Create ``target`` holding ``text`` and read it back; never leave a broken file.
 
     Paths are escaped by :func:`host.hostfile.render_host_file` (control characters
-    included, issue 34 item 6); the file appears whole (:func:`host.files.create_exclusive`)
+    included); the file appears whole (:func:`host.files.create_exclusive`)
     and is removed again if it does not read back as a valid host config.
 
     Raises:

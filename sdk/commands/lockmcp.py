@@ -1,4 +1,4 @@
-"""``stockade lock add-mcp DECL.json``: pin an external MCP server into the lock (issue 15).
+"""``stockade lock add-mcp DECL.json``: pin an external MCP server into the lock.
 
 Starts the server once exactly as a host would (scrubbed environment, private working
 directory, its own process group, secrets from the store under ``--state-dir``), lists
@@ -165,7 +165,7 @@ def run_add_mcp(args: argparse.Namespace) -> int:
             f"{result.summary()}: MCP source {decl.name} pins no tool, nothing was written"
             + (f" ({reasons})" if reasons else " (the server lists no tools)"),
             hint="See every reason with --json. The server's own schemas must fit the external profile "
-                 "(README, External MCP servers); --schema can tighten a schema, never loosen one.",
+                 "(docs/mcp-sources.md); --schema can tighten a schema, never loosen one.",
         )
     key = load_key(args.key) if args.key else None
     update = add_mcp(args.lock, result.pin, private_key=key)

@@ -212,7 +212,7 @@ def run_verify(args: argparse.Namespace) -> int:
             hint="check the path: the host writes the audit log the host config names, "
             "by default <state-dir>/audit.log (`stockade log show` finds it)",
         )
-    # A FIFO, device or directory is refused before anything reads it (issue 9.8: a FIFO
+    # A FIFO, device or directory is refused before anything reads it (a FIFO
     # used to block for ever), with the same non-blocking check as every other read.
     try:
         if args.file is not None:

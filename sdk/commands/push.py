@@ -2,7 +2,7 @@
 
 ``REF`` is ``registry.example[:port]/path:tag`` (``oci://`` optional). The bundle is
 checked (manifest valid, module digest as pinned), uploaded as a Stockade bundle artifact
-(media types in README "Publishing and consuming bundles through a registry"), and
+(media types in docs/registries.md), and
 tagged. ``--key KEY.pem`` adds a signature layer. The digest-pinned reference is printed
 last on stdout (``registry/path@sha256:…``): that, not the tag, is what consumers pull
 and lock.

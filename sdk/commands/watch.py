@@ -7,7 +7,7 @@ one ``--interval``. Changes are reported by the operating system through ``watch
 installed (``pip install 'stockade[build]'``), else, or with ``--poll``, found by polling
 every ``--interval`` seconds. Either way ``dist/``, ``build/``, hidden directories,
 virtual environments (any directory holding ``pyvenv.cfg``, whatever its name; conda
-environments), ``node_modules`` and caches are not looked into (issue 34 item 6). The
+environments), ``node_modules`` and caches are not looked into. The
 build and compiled-artifact caches make a rerun after a one-line edit cost one
 componentize run plus one compile. A project that does not build is reported and watched
 on. Stop with Ctrl-C.

@@ -1,4 +1,4 @@
-"""Benchmark: the package author's loop (issue 12), end to end through the real CLI.
+"""Benchmark: the package author's loop, end to end through the real CLI.
 
 Run: ``python tests/benchmarks/bench_author_loop.py [--runs 3] [--no-js]`` (a script, not a
 test). Uses a fresh per-user cache in a temporary directory, a scaffolded Python project

@@ -1,4 +1,4 @@
-"""Host cost of moving HTTP bodies and headers across the WIT boundary (issue 9 item 3).
+"""Host cost of moving HTTP bodies and headers across the WIT boundary.
 
 Run: ``python tests/benchmarks/bench_boundary.py [--runs 7]``
 

@@ -1,4 +1,4 @@
-"""Benchmark: start-up time of the ``stockade`` command (issue 13, item 9).
+"""Benchmark: start-up time of the ``stockade`` command.
 
 Run: ``python tests/benchmarks/bench_cli_startup.py [--n 15] [--baseline-tree DIR] [--json]``
 (a script, not a test).

@@ -26,7 +26,7 @@ Then a per-stage breakdown measured in isolation on the same host: policy (engin
 decisions + tool policy + grants), validation (canonicalize), sandbox (Runtime.run),
 audit (one append with fsync).
 
-Targets (issue 14): h'/a <= 2.0; (h - f)/a <= 2.0; hf/a <= 2.2; t8/t1 >= 3; s2/s1 >= 1.7.
+Targets: h'/a <= 2.0; (h - f)/a <= 2.0; hf/a <= 2.2; t8/t1 >= 3; s2/s1 >= 1.7.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MCP overhead: ``tools/call`` over stdio to a real ``stockade serve`` vs ``Host.call`` (issue 10).
+"""MCP overhead: ``tools/call`` over stdio to a real ``stockade serve`` vs ``Host.call``.
 
 Run: ``python tests/benchmarks/bench_mcp.py [--calls 300] [--concurrent 8]``
 

@@ -1,4 +1,4 @@
-"""Loading: ``Host.open`` of a lock with five Python plugins (issue 14, item 4).
+"""Loading: ``Host.open`` of a lock with five Python plugins.
 
 Run: ``python tests/benchmarks/bench_open.py [--rounds 5] [--cold]``
 

@@ -1,4 +1,4 @@
-"""Per-call cost of the Stockade sandbox against raw wasmtime-py and Extism (issue 3).
+"""Per-call cost of the Stockade sandbox against raw wasmtime-py and Extism.
 
 Run: ``python tests/benchmarks/bench_sandbox.py [--calls 2000] [--rounds 3]``
 

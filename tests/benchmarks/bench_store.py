@@ -1,4 +1,4 @@
-"""``Host.call`` on the PostgreSQL state store against the local one (issue 11).
+"""``Host.call`` on the PostgreSQL state store against the local one.
 
 Run: ``python tests/benchmarks/bench_store.py [--calls 300] [--rounds 3] [--per-process 200]``
 

@@ -1,4 +1,4 @@
-"""The approval preview shows the whole action digest, whatever the width (issue 13, item 6)."""
+"""The approval preview shows the whole action digest, whatever the width."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``stockade cache info|prune`` and the one per-user artifact cache that inspect, lock
-verify and call share (issue 12 item 5). Real CLI subprocesses, real WAT components."""
+verify and call share. Real CLI subprocesses, real WAT components."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CLI basics (issue 13, items 8 and 9): start-up imports, global options anywhere,
+"""CLI basics (items 8 and 9): start-up imports, global options anywhere,
 JSON usage errors, --version, completion, help text, pass-through after ``--``.
 
 Start-up time is measured by ``tests/benchmarks/bench_cli_startup.py`` (no timing

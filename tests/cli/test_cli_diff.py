@@ -207,7 +207,7 @@ def test_unchained_lock_is_noted(tmp_path: Path) -> None:
     old = _lock(tmp_path / "old", [make_manifest()])
     new = _lock(tmp_path / "new", [make_manifest()], generation=5, previous="0" * 64)
     proc = run_cli("diff", str(old), str(new), "--json", cwd=tmp_path)
-    assert proc.returncode == 4  # its own exit code (issue 13): a host would refuse this lock
+    assert proc.returncode == 4  # its own exit code: a host would refuse this lock
     assert json_out(proc)["chained"] is False and json_out(proc)["relation"] == "skipped"
 
 

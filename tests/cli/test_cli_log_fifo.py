@@ -1,4 +1,4 @@
-"""``stockade log verify`` on something that is not a regular file (issue 9.8).
+"""``stockade log verify`` on something that is not a regular file.
 
 Attack: pointing the verifier at a FIFO (or a directory, a device) used to block it for
 ever waiting for a writer; it must refuse at once, with the same non-blocking

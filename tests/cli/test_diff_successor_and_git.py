@@ -1,4 +1,4 @@
-"""``stockade diff`` gates CI on lock history too (issue 13, item 7): a new lock that is
+"""``stockade diff`` gates CI on lock history too: a new lock that is
 not the direct successor of the old one exits 4; ``--from-git REV`` diffs the committed
 lock (and bundles) against the working tree.
 

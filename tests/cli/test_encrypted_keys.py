@@ -1,4 +1,4 @@
-"""Passphrase-encrypted signing keys (issue 34 item 4).
+"""Passphrase-encrypted signing keys.
 
 Attacks defended: a signing key copied off a disk (it is encrypted at rest), a passphrase
 read from ``ps``/shell history (never an argument), a wrong passphrase silently producing

@@ -1,5 +1,5 @@
 """``stockade inspect`` output a reviewer can read in a terminal or an 80-column CI log
-(issue 13, item 5): decision facts first, WASI imports collapsed, no wrapped columns,
+: decision facts first, WASI imports collapsed, no wrapped columns,
 no colour codes or spinner frames without a terminal."""
 
 from __future__ import annotations

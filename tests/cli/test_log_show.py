@@ -1,4 +1,4 @@
-"""``stockade log show`` and ``log verify`` of a missing file (issue 13, item 4).
+"""``stockade log show`` and ``log verify`` of a missing file.
 
 The log is written by real calls through the CLI (real host, real audit chain).
 """

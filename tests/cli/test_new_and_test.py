@@ -182,7 +182,8 @@ def _install_wheel(tmp: Path) -> tuple[Path, Path]:
 
 
 def _readme_block(marker: str) -> list[str]:
-    readme = (REPO / "README.md").read_text("utf-8")
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # the manual
+    readme = "\n".join(page.read_text("utf-8") for page in pages)
     match = re.search(rf"<!-- {re.escape(marker)}[^\n]*-->\n```sh\n(.*?)```", readme, re.S)
     assert match, f"README has no {marker} block"
     return [line for line in match.group(1).splitlines() if line.strip()]

@@ -1,4 +1,4 @@
-"""The operator's path from a signed bundle to a first call (issue 13, items 1 and 2).
+"""The operator's path from a signed bundle to a first call (items 1 and 2).
 
 Every hint is tested the way a person uses it: the command it suggests is run exactly as
 printed (parsed from between the backticks), and the refusal it answered goes away.

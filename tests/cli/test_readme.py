@@ -1,4 +1,4 @@
-"""README.md's commands, run as written (issue 6: every command shown is exercised).
+"""The manual's commands (README.md and docs/*.md), run as written (every command shown is exercised).
 
 - the test command is the one ``.ci/run`` extracts and runs (checked by asking
   ``.ci/run --print-test-command``);
@@ -23,7 +23,22 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+README = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)  # the whole manual
+FRONT = PAGES[0].read_text(encoding="utf-8")
+
+
+def test_readme_is_a_front_page_linking_every_manual_page() -> None:
+    assert FRONT.count("\n") <= 250
+    assert "<!-- test-command" in FRONT and "<!-- demo-command" in FRONT  # .ci/run reads README
+    unlinked = [page.name for page in PAGES[1:] if f"](docs/{page.name})" not in FRONT]
+    assert unlinked == []
+
+
+def test_every_manual_section_title_lives_in_one_page() -> None:
+    titles = [line for line in README.splitlines() if line.startswith("## ")]
+    repeated = sorted({title for title in titles if titles.count(title) > 1})
+    assert repeated == []
 
 
 def block(marker: str) -> list[str]:

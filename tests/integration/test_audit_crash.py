@@ -1,4 +1,4 @@
-"""kill -9 of a host in a loop of calls: what the audit log promises after a crash (issue 14 item 2).
+"""kill -9 of a host in a loop of calls: what the audit log promises after a crash.
 
 A real subprocess opens a real Host (WAT echo component, real policy, real audit log on
 disk) and calls a read tool and a write tool in turn, printing each returned audit id.

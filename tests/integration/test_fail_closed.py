@@ -1,4 +1,4 @@
-"""Host paths that must fail closed, each with its code (issue 16).
+"""Host paths that must fail closed, each with its code.
 
 Real hosts over hand-written components, real audit logs and lock state; a port is
 replaced only where the failure cannot be produced for real (a tool-policy store that

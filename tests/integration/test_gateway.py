@@ -1,4 +1,4 @@
-"""The one call pipeline (DESIGN §6, §7), end to end on real components, files and policy.
+"""The one call pipeline (docs/design.md §6, §7), end to end on real components, files and policy.
 
 Tests are named after what they defend against. Guest starts are counted by wrapping
 the runtime's ``run`` so "nothing ran" is proven, not assumed.
@@ -494,7 +494,7 @@ def test_staged_secret_is_scrubbed_from_output_and_audit(tmp_path: Path) -> None
 
 def test_egress_session_closed_once_each_call_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The call's egress session (pooled connections) is closed after its outcome record is
-    written, on success and on failure alike (a context-managed session, issue 16)."""
+    written, on success and on failure alike (a context-managed session)."""
     secret = "s3cr3t-value-4242"
     store = SecretsStore(tmp_path / "secrets.json", make_key())
     store.set("p", "alice", "echo_token", secret)
@@ -526,7 +526,7 @@ def test_egress_session_closed_once_each_call_is_recorded(tmp_path: Path, monkey
 
 
 def test_two_guests_are_inside_wasm_at_the_same_time(tmp_path: Path) -> None:
-    """Nothing serializes guests once they run either (issue 14.5; the test above stops at
+    """Nothing serializes guests once they run either (the test above stops at
     ``Runtime.run``'s door): each guest, mid-run, waits in a host import until the other
     guest is in it too. A lock held across wasm execution (in the runtime or the sandbox)
     would break the barrier, and the call would fail as a host import failure."""
@@ -631,7 +631,7 @@ def test_every_call_audited_under_concurrency_and_chain_verifies(fx: HostFixture
 
 
 def test_two_calls_run_their_guests_at_the_same_time(tmp_path: Path) -> None:
-    """Nothing in the pipeline serializes sandbox runs (issue 14 item 5): two write calls
+    """Nothing in the pipeline serializes sandbox runs: two write calls
     (intent record, outcome record, full durability) are inside ``Runtime.run`` at once.
     Each run waits at a barrier for the other; a lock held across the run would break
     the barrier (its timeout) instead."""

@@ -290,7 +290,7 @@ def test_time_sleep_past_the_deadline_answers_timeout(
     runtime: Runtime, plugins: dict[str, LoadedComponent]
 ) -> None:
     # time.sleep blocks in wasi:io/poll on a monotonic-clock pollable, a host function
-    # where epoch interruption never fires (issue 9): the host's clock wakes it by the
+    # where epoch interruption never fires: the host's clock wakes it by the
     # deadline. The bound is generous: long before the 30 s sleep would end.
     limits = SandboxLimits(fuel=LIMITS.fuel, memory_bytes=LIMITS.memory_bytes, timeout_ms=1_000, max_log_bytes=1024)
     started = time.monotonic()

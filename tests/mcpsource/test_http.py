@@ -1,4 +1,4 @@
-"""An MCP source over Streamable HTTP, reached through the host's egress rules (issue 15 item 5).
+"""An MCP source over Streamable HTTP, reached through the host's egress rules.
 
 A real server (``http_server.py``: the SDK's Streamable HTTP app under uvicorn, real TLS
 with a test CA, on loopback) runs as a subprocess; the host reaches it as

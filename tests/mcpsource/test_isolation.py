@@ -1,4 +1,4 @@
-"""What a stdio MCP server gets from the host, checked from inside the process (issue 15 item 4)."""
+"""What a stdio MCP server gets from the host, checked from inside the process."""
 
 from __future__ import annotations
 

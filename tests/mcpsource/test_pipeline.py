@@ -1,4 +1,4 @@
-"""An external MCP server, pinned and called through Host's pipeline (issue 15).
+"""An external MCP server, pinned and called through Host's pipeline.
 
 Every test drives the real SDK server in ``server.py`` as a subprocess over stdio.
 """

@@ -158,7 +158,7 @@ def test_invalid_input_is_refused_before_the_server_sees_it(
     assert not result.ok and result.error is not None
     assert result.error.code == "INPUT_INVALID"
     assert result.error.details["pointer"] == pointer and result.error.details["rule"] == rule
-    # refused while preparing (DESIGN §6 step 5), before anything is sent to the server
+    # refused while preparing (docs/design.md §6 step 5), before anything is sent to the server
     with pytest.raises(InputInvalid) as refused:
         host.prepare(request(tool, input))
     assert refused.value.details["pointer"] == pointer

@@ -1,4 +1,4 @@
-"""Rug pull and shadowing: a pinned MCP server that changes is not trusted (issue 15 item 2)."""
+"""Rug pull and shadowing: a pinned MCP server that changes is not trusted."""
 
 from __future__ import annotations
 

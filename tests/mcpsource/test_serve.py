@@ -1,5 +1,5 @@
 """``stockade serve`` offers MCP-sourced tools beside package tools, under the same rules
-(issue 15 item 6): an SDK client talks to Stockade's MCP server, which calls the pinned
+: an SDK client talks to Stockade's MCP server, which calls the pinned
 external server (a real subprocess) through ``Host``."""
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_unreadable_log_reported_not_raised(tmp_path: Path) -> None:
     assert (report.ok, report.first_broken) == (False, 1)
 
 
-# -- signed checkpoints (issue 9 item 6): the chain alone is unkeyed -------------------------
+# -- signed checkpoints: the chain alone is unkeyed -------------------------
 
 SIGNED_RECORDS = 12
 

@@ -1,4 +1,4 @@
-"""Credential attacks on host-performed egress (DESIGN §8 steps 2 and 6).
+"""Credential attacks on host-performed egress (docs/design.md §8 steps 2 and 6).
 
 The guest never supplies credentials and never sees them; the host injects only the
 calling package's mappings, only where their host and path rules match, and fails closed

@@ -1,4 +1,4 @@
-"""Decompression bombs from an allowlisted (hostile or compromised) server (issues 9.2, 18.6).
+"""Decompression bombs from an allowlisted (hostile or compromised) server.
 
 The host asks for ``Accept-Encoding: identity``; these servers compress anyway. Every
 test measures the Python heap peak of the whole request with tracemalloc (zlib's output
@@ -24,7 +24,7 @@ from tests.support.servers import LoopbackServer, ServerSet, redirect, respond
 API = "api.tracker.example"
 MiB = 1024 * 1024
 LIMIT = 1 * MiB
-BOUND = LIMIT + 32 * MiB  # issue 9.2: limit + 32 MiB at most
+BOUND = LIMIT + 32 * MiB  # limit + 32 MiB at most
 
 
 @pytest.fixture

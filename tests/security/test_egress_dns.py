@@ -1,4 +1,4 @@
-"""DNS inside the deadline (issue 18.1, DESIGN §12): a slow resolver cannot hold a call.
+"""DNS inside the deadline (docs/design.md §12): a slow resolver cannot hold a call.
 
 The resolver is a port; here it is deliberately slow (it blocks until the test releases
 it, at most 8 s). Before the fix, resolution ran outside every deadline: a request with a

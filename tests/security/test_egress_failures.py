@@ -1,4 +1,4 @@
-"""Egress failure paths that must fail closed with their own kind (DESIGN §8).
+"""Egress failure paths that must fail closed with their own kind (docs/design.md §8).
 
 Real loopback servers where the failure can be produced for real (two ``Location``
 headers, a connection reset in the middle of a body); a transport that raises where

@@ -1,4 +1,4 @@
-"""Request headers that re-route a request on common servers (issue 9.4, DESIGN §8 step 2).
+"""Request headers that re-route a request on common servers (docs/design.md §8 step 2).
 
 A guest must not turn an allowed ``GET /v1/issues`` into a ``DELETE`` (method override), a
 request for another path (``X-Original-URL``), or a request from a trusted address

@@ -1,4 +1,4 @@
-"""Every egress limit, crossed (DESIGN §8 steps 1 and 7).
+"""Every egress limit, crossed (docs/design.md §8 steps 1 and 7).
 
 Budget per call, request body size, response size while streaming (also chunked without
 Content-Length), and the request deadline = min(guest timeout, call deadline, manifest

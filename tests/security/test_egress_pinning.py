@@ -1,4 +1,4 @@
-"""SSRF guard, DNS pinning and TLS (DESIGN §8 step 5): connect only to vetted addresses.
+"""SSRF guard, DNS pinning and TLS (docs/design.md §8 step 5): connect only to vetted addresses.
 
 The name is resolved once; the socket goes to the vetted address whatever a second
 resolution would say (DNS rebinding); TLS still verifies the certificate against the

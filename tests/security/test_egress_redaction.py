@@ -1,4 +1,4 @@
-"""Response sanitation (DESIGN §8 step 9): what the guest gets back never holds a secret.
+"""Response sanitation (docs/design.md §8 step 9): what the guest gets back never holds a secret.
 
 A server (hostile, or merely chatty) echoes the credential it received, raw, URL-encoded
 in upper- and lower-case hex, with ``+`` for space, in base64 and as basic-auth base64.

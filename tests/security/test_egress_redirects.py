@@ -1,4 +1,4 @@
-"""Redirect attacks on host-performed egress (DESIGN §8 step 8).
+"""Redirect attacks on host-performed egress (docs/design.md §8 step 8).
 
 Other hosts check only the first hop; here every hop is re-checked from normalization
 through DNS vetting, every header is dropped, and credentials are routed again for the new

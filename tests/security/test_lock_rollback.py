@@ -1,4 +1,4 @@
-"""Trust state only moves forward (DESIGN §4, STYLE §8): rollback and fork are refused.
+"""Trust state only moves forward (docs/design.md §4, CONTRIBUTING.md principle 8): rollback and fork are refused.
 
 After every refusal the state directory is compared byte for byte with its earlier copy.
 """

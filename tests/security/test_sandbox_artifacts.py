@@ -1,5 +1,5 @@
 """The compiled-artifact cache must never deserialize bytes it did not write and sign
-(DESIGN §8): a serialized component is native code."""
+(docs/design.md §8): a serialized component is native code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Values crossing the WIT boundary cost the host O(declared limits) (issue 9 item 3).
+"""Values crossing the WIT boundary cost the host O(declared limits).
 
 ``stockade:plugin@1.0.0`` carried request and response headers as ``list<header>`` and
 bodies as ``list<u8>``; wasmtime-py lifts such lists element by element in Python before

@@ -1,4 +1,4 @@
-"""Hostile guests against the per-call limits (DESIGN §8): fuel, deadline, memory, tables,
+"""Hostile guests against the per-call limits (docs/design.md §8): fuel, deadline, memory, tables,
 stack, traps, log floods. Every limit is crossed; every error carries usage."""
 
 from __future__ import annotations

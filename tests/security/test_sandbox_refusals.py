@@ -1,4 +1,4 @@
-"""Components the host must refuse at load time, before anything runs (DESIGN §2)."""
+"""Components the host must refuse at load time, before anything runs (docs/design.md §2)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ _V1_0_HTTP = (
 )
 def test_component_built_for_wit_1_0_refused_with_rebuild_hint(rt: Runtime, decl: str) -> None:
     # 1.0.0 carried headers as list<header> and bodies as list<u8>, which wasmtime-py
-    # lifts element by element in Python outside every limit (issue 9 item 3).
+    # lifts element by element in Python outside every limit.
     with pytest.raises(ComponentRefused, match=r"stockade:plugin@1\.0\.0") as info:
         _load(rt, wat.import_component(decl))
     assert info.value.code == "COMPONENT_REFUSED"

@@ -1,4 +1,4 @@
-"""A guest blocking inside WASI cannot outlive its call deadline (issue 9 item 1, DESIGN §12).
+"""A guest blocking inside WASI cannot outlive its call deadline (docs/design.md §12).
 
 Epoch interruption never fires inside a host function, so before the fix a guest that
 subscribed to ``monotonic-clock`` for 8 s and blocked on the pollable returned ok after

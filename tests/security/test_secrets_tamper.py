@@ -1,5 +1,5 @@
 """Attacks on the secrets store: moved and tampered ciphertexts, wrong or weak keys,
-corrupt files, badly protected key files and cross-principal fallback (DESIGN §8)."""
+corrupt files, badly protected key files and cross-principal fallback (docs/design.md §8)."""
 
 from __future__ import annotations
 

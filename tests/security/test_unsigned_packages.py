@@ -4,7 +4,7 @@ Attack: an operator configures trusted keys and believes only signed packages lo
 attacker who can edit the lock adds (or swaps in) an *unsigned* package, which used to be
 accepted because signatures were only checked when present. Now the package is refused
 (SIGNATURE_INVALID, ``reason="unsigned"``); the opt-out is named ``unsafe_``, logged and
-recorded in the ``lock.accepted`` audit record (STYLE §7).
+recorded in the ``lock.accepted`` audit record (CONTRIBUTING.md principle 7).
 """
 
 from __future__ import annotations

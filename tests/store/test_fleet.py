@@ -1,4 +1,4 @@
-"""Many host processes behave as one (issue 11): real processes, one PostgreSQL store.
+"""Many host processes behave as one: real processes, one PostgreSQL store.
 
 Each worker is a separate Python process with its own Host and its own connection pool
 (:mod:`tests.support.fleet`). Workers are released together through their pipes once all

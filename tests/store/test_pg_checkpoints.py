@@ -1,4 +1,4 @@
-"""Signed audit checkpoints on PostgreSQL chains (issue 11): the file log's format and
+"""Signed audit checkpoints on PostgreSQL chains: the file log's format and
 cadence, verified in place and in an export, against a real server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A running Host follows the lock generation another process accepts (issue 11, host.reload).
+"""A running Host follows the lock generation another process accepts (host.reload).
 
 Two Hosts, each with its own state dir, share one store: A opens a newer generation,
 B — following generations — reloads it through every check of ``Host.open`` and swaps

@@ -1,6 +1,6 @@
 """Write bundles, locks and trusted keys files for tests (real files, real Ed25519).
 
-    manifest = make_manifest()                       # the valid DESIGN §3 example
+    manifest = make_manifest()                       # the valid docs/design.md §3 example
     bundle = write_bundle(tmp_path / "bundles" / "tracker", manifest, MODULE_BYTES)
     lock = write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])
 
@@ -29,7 +29,7 @@ def sha256(data: bytes) -> str:
 
 
 def make_tool(**overrides: Any) -> dict[str, Any]:
-    """A valid tool entry (``tracker.list-issues`` of DESIGN §3) with ``overrides`` applied."""
+    """A valid tool entry (``tracker.list-issues`` of docs/design.md §3) with ``overrides`` applied."""
     tool: dict[str, Any] = {
         "name": "tracker.list-issues",
         "version": "1.2.0",
@@ -53,7 +53,7 @@ def make_tool(**overrides: Any) -> dict[str, Any]:
 
 
 def make_manifest(*, module_bytes: bytes = MODULE_BYTES, **overrides: Any) -> dict[str, Any]:
-    """A valid manifest (the DESIGN §3 example) with top-level ``overrides`` applied."""
+    """A valid manifest (the docs/design.md §3 example) with top-level ``overrides`` applied."""
     manifest: dict[str, Any] = {
         "format": "stockade.manifest/1",
         "package": {"name": "tracker", "version": "1.2.0", "description": "Issue tracker tools.",

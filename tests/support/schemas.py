@@ -1,4 +1,4 @@
-"""Schema builders and hypothesis strategies for the bounded subset (DESIGN §5).
+"""Schema builders and hypothesis strategies for the bounded subset (docs/design.md §5).
 
 Builders give schemas exactly at a limit (depth, node count, properties, enum size), so
 tests can cross each limit by one. Strategies generate schemas *inside* the subset and

@@ -454,7 +454,7 @@ def http_boundary_component(
     *, body_bytes: int = 0, fill: str = "none", headers: str | None = None, header_count: int = 0,
     pages: int = 1, body_text: str = "", send_body: bool = True,
 ) -> bytes:
-    """Sends one POST to its input URL with a large body or header block (issue 9 item 3).
+    """Sends one POST to its input URL with a large body or header block.
 
     Args:
         body_bytes: characters of the body (one per byte, latin-1 mapping).

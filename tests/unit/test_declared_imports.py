@@ -1,4 +1,4 @@
-"""Every third-party module host/ and sdk/ import is a declared dependency (issue 34 item 3).
+"""Every third-party module host/ and sdk/ import is a declared dependency.
 
 A package that only arrives through another one (pyjwt, anyio, uvicorn, starlette, httpx2,
 httpcore2 and mcp-types used to come only with ``mcp``) disappears the day that package

@@ -1,4 +1,4 @@
-"""Layers (DESIGN §1): ``host`` never imports ``sdk``; the public names are pinned.
+"""Layers (docs/design.md §1): ``host`` never imports ``sdk``; the public names are pinned.
 
 The import scan reads the source with :mod:`ast` (every ``import``/``from`` statement,
 including ones inside functions and ``TYPE_CHECKING`` blocks), so an import that only

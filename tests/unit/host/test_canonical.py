@@ -287,7 +287,7 @@ def test_parse_json_refuses_ambiguous_or_hostile_text(text: bytes, rule: str, po
 
 
 def test_parse_json_refuses_a_bom_in_text_as_in_bytes() -> None:
-    """The decoder is built once (issue 14); the BOM check json.loads made stays."""
+    """The decoder is built once; the BOM check json.loads made stays."""
     for data in (b"\xef\xbb\xbf{}", "\ufeff{}"):
         with pytest.raises(InputInvalid, match="BOM") as exc_info:
             parse_json(data)

@@ -1,4 +1,4 @@
-"""host.__all__ is the stable API (DESIGN §11); it changes only on purpose."""
+"""host.__all__ is the stable API (docs/design.md §11); it changes only on purpose."""
 
 from __future__ import annotations
 

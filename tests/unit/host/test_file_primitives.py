@@ -1,4 +1,4 @@
-"""The one home of the file primitives (host/_files.py, issue 16).
+"""The one home of the file primitives (host/_files.py).
 
 Attacks and failures: a symlink planted where a key or secrets file belongs (followed, it
 would read or expose another file); a FIFO planted there (opened blocking, it hangs the

@@ -1,4 +1,4 @@
-"""A failing guest's log and traceback (issue 12 item 4): kept, scrubbed, shown to authors only.
+"""A failing guest's log and traceback: kept, scrubbed, shown to authors only.
 
 WAT guests that write a traceback entry (``[stockade:traceback]`` then text, as both guest
 SDKs do) holding a staged secret's value, then fail. The real gateway, secrets store and

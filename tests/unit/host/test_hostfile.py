@@ -1,4 +1,4 @@
-"""The operator's host config file (issue 13, item 1): strict, relative to itself, found in order."""
+"""The operator's host config file: strict, relative to itself, found in order."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The host config file ``stockade init`` writes always parses back (issue 34 item 6).
+"""The host config file ``stockade init`` writes always parses back.
 
 Attack/bug: ``stockade init --state-dir $'st\\nate'`` wrote a raw newline into a TOML
 basic string; the file could not be parsed, and every later ``init`` answered

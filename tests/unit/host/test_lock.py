@@ -1,4 +1,4 @@
-"""The lock format stockade.lock/1, trusted keys and the signed statement (DESIGN §4)."""
+"""The lock format stockade.lock/1, trusted keys and the signed statement (docs/design.md §4)."""
 
 from __future__ import annotations
 

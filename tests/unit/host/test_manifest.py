@@ -1,7 +1,7 @@
-"""The manifest edge (DESIGN §3): every defect refused with MANIFEST_INVALID and its location.
+"""The manifest edge (docs/design.md §3): every defect refused with MANIFEST_INVALID and its location.
 
 One fixture per defect lives in tests/fixtures/manifests/<defect>.json; each differs from
-valid.json (the DESIGN §3 example) in one place.
+valid.json (the docs/design.md §3 example) in one place.
 """
 
 from __future__ import annotations

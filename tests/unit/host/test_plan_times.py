@@ -1,4 +1,4 @@
-"""Non-finite times are refused on every path (issue 9.9).
+"""Non-finite times are refused on every path.
 
 Attack: ``Principal(expires_at=float("nan"))`` never expired, because every comparison
 with NaN is false; the same held for a NaN ``now`` or approval ``ttl_s``.

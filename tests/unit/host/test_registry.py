@@ -1,4 +1,4 @@
-"""The frozen registry (DESIGN §5): built once, exact lookups, no way to change it."""
+"""The frozen registry (docs/design.md §5): built once, exact lookups, no way to change it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The bounded schema subset (host.schema, DESIGN §5).
+"""The bounded schema subset (host.schema, docs/design.md §5).
 
 The attacks: a manifest smuggling a keyword the host does not enforce (so the model or
 author believes in a constraint that is not there), schemas or values sized to exhaust

@@ -1,4 +1,4 @@
-"""A rebuild never overwrites a bundle a lock pins (issue 12 item 8).
+"""A rebuild never overwrites a bundle a lock pins.
 
 The build cache is seeded with real (WAT) components under the exact keys the build
 computes, so these tests exercise the real build path without running componentize-py.

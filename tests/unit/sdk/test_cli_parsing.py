@@ -1,5 +1,5 @@
 """``sdk.cli`` parsing that needs no subprocess: global options, pass-through, the demo's
-``--ci`` without a terminal, and help text without reST (issue 13, item 8)."""
+``--ci`` without a terminal, and help text without reST."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Debugging a failing plugin (issue 12 item 4): the guest's log survives a failure, and
+"""Debugging a failing plugin: the guest's log survives a failure, and
 an author sees the Python traceback or the JavaScript stack; a production host does not.
 
 Real componentize-py / componentize-js plugins in the real host pipeline (the harness).

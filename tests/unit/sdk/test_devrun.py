@@ -1,4 +1,4 @@
-"""``stockade dev`` (issue 12 item 3): one call through a throw-away real host.
+"""``stockade dev``: one call through a throw-away real host.
 
 The in-process tests use a scripted network under the same transport port (the test
 machine has no network); everything else — lock, policy, egress rules, credential

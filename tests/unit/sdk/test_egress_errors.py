@@ -1,4 +1,4 @@
-"""Egress refusals read as refusals, not plugin bugs (issue 12 item 6).
+"""Egress refusals read as refusals, not plugin bugs.
 
 A guest whose request the host refused and which then fails (the SDK raises ``HttpDenied``
 and nobody catches it) used to come back as ``TOOL_FAILED``. Now the result is

@@ -1,4 +1,4 @@
-"""npm dependencies of JavaScript plugins (issue 12 item 2).
+"""npm dependencies of JavaScript plugins.
 
 Real npm runs against a real loopback HTTP server serving real package tarballs (a
 remote-tarball dependency, recorded in a lock that npm itself writes), so nothing reaches
@@ -301,7 +301,7 @@ def test_build_is_cached_by_source_and_lock_digest(tmp_path: Path, monkeypatch: 
         build_project(copy, out_dir=tmp_path / "out", cache_dir=cache)
 
 
-# Supply chain (issue 34 item 2): the lock may name only registry packages with integrity.
+# Supply chain: the lock may name only registry packages with integrity.
 _SHA = "sha512-" + "A" * 86 + "=="
 
 

@@ -1,4 +1,4 @@
-"""Pure-Python dependencies of Python plugins (issue 12 item 2).
+"""Pure-Python dependencies of Python plugins.
 
 Real pip installs of real wheels, built here by hand into a local directory that pip
 reads with ``--find-links`` (no network): one pure-Python, one with a native extension.

@@ -1,5 +1,5 @@
 """Manifest problems reported against stockade.toml, all of them, with "did you mean"
-(issue 12 item 7); JSON Schemas generated from the models and checked in."""
+; JSON Schemas generated from the models and checked in."""
 
 from __future__ import annotations
 

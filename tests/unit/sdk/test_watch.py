@@ -1,5 +1,5 @@
 """``stockade watch``: OS change notification (watchfiles) with polling as the fallback,
-and no look into virtual environments, node_modules or caches (issue 34 item 6).
+and no look into virtual environments, node_modules or caches.
 
 Bug defended: a project holding a 20,000-file virtualenv cost 171 ms per poll (a quarter
 of a core while idle) because every poll walked it.

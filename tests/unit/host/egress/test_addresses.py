@@ -1,4 +1,4 @@
-"""The address table of DESIGN §8, range edge by range edge, with a public neighbour.
+"""The address table of docs/design.md §8, range edge by range edge, with a public neighbour.
 
 These cases test the table itself, not Python's ``ipaddress`` flags: the last test
 shows where the library's ``is_global`` would have let a blocked address through.
@@ -256,5 +256,5 @@ def test_parse_ipv4_canonical_refuses_every_alternative_spelling() -> None:
 )  # fmt: skip
 def test_table_blocks_what_ipaddress_is_global_allows(text: str) -> None:
     # Python 3.11's ipaddress calls every one of these is_global (the answer has
-    # changed between versions); the DESIGN §8 table blocks them all.
+    # changed between versions); the docs/design.md §8 table blocks them all.
     assert is_public_address(text) is False

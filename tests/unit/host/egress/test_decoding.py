@@ -1,4 +1,4 @@
-"""Bounded body decoding: one encoding at most, every step at most one chunk (issue 9.2)."""
+"""Bounded body decoding: one encoding at most, every step at most one chunk."""
 
 from __future__ import annotations
 

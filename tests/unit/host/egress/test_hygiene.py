@@ -1,4 +1,4 @@
-"""Request/response hygiene rules, table-driven (DESIGN §8 steps 2 and 9)."""
+"""Request/response hygiene rules, table-driven (docs/design.md §8 steps 2 and 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The abandonable lookup pool under DNS resolution (issue 18.1)."""
+"""The abandonable lookup pool under DNS resolution."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Egress allowlist and DNS vetting (DESIGN §8 "Egress" steps 3–5)."""
+"""Egress allowlist and DNS vetting (docs/design.md §8 "Egress" steps 3–5)."""
 
 from __future__ import annotations
 

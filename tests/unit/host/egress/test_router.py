@@ -1,4 +1,4 @@
-"""The credential router: matching, ordering, conflicts, injection (DESIGN §8 step 6)."""
+"""The credential router: matching, ordering, conflicts, injection (docs/design.md §8 step 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""URL normalization and host/path patterns (DESIGN §8 "URL and address rules")."""
+"""URL normalization and host/path patterns (docs/design.md §8 "URL and address rules")."""
 
 from __future__ import annotations
 

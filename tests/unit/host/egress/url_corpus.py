@@ -1,4 +1,4 @@
-"""The URL corpus of DESIGN §8, as data: every case an attacker or a sloppy client tries.
+"""The URL corpus of docs/design.md §8, as data: every case an attacker or a sloppy client tries.
 
 ``ACCEPTED``: ``(id, url as given, url as sent, host_kind)``.
 ``REFUSED``: ``(id, url as given, EgressDenied.reason)``.

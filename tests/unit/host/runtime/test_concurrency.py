@@ -1,4 +1,4 @@
-"""Calls from many threads at once never share state or cross results (issue 3, item 7)."""
+"""Calls from many threads at once never share state or cross results."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One compiled-artifact cache per user (issue 12 item 5): shared across hosts, LRU-pruned.
+"""One compiled-artifact cache per user: shared across hosts, LRU-pruned.
 
 Real wasmtime components (WAT) and real files; each artifact is still HMAC-verified
 before it is deserialized (tests/security/test_sandbox_artifacts.py covers tampering).
