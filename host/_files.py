@@ -220,6 +220,40 @@ def _refusal(exc: OSError, what: str, shown: str, *, nofollow: bool) -> str:
     return f"cannot open {what} {shown!r}: {exc.strerror or exc}"
 
 
+def read_private(
+    path: Path,
+    limit: int,
+    *,
+    what: str,
+    error: type[StockadeError],
+    raw_missing: bool = False,
+) -> bytes:
+    """Read a private key file: regular, not a symlink, mode 0600 or stricter, owned by
+    this user (the one check of the master, audit and approver keys).
+
+    Args:
+        path: the key file.
+        limit: the most bytes the caller accepts; one more is read so it can tell.
+        what: a name for messages (``"the audit key"``).
+        error: the StockadeError class to raise.
+        raw_missing: as :func:`open_regular`.
+
+    Raises:
+        StockadeError: of class ``error``, as :func:`open_regular`, or readable by group
+            or others, or owned by another user.
+    """
+    with open_regular(path, None, what=what, error=error, nofollow=True, raw_missing=raw_missing) as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_mode & 0o077:
+            raise error(
+                f"{what} {path} is accessible by group or others (mode {stat.S_IMODE(info.st_mode):04o})",
+                hint=f"Run `chmod 600 {path}`.",
+            )
+        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+            raise error(f"{what} {path} is owned by another user")
+        return handle.read(limit + 1)
+
+
 def open_regular(
     path: Path,
     limit: int | None,

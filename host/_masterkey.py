@@ -10,7 +10,6 @@ import base64
 import binascii
 import os
 import secrets as _random
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NoReturn, final
@@ -18,7 +17,7 @@ from typing import Final, NoReturn, final
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from host._files import create_exclusive, open_regular
+from host._files import create_exclusive, read_private
 from host.errors import SecretsUnavailable
 
 __all__ = ["MASTER_KEY_ENV", "MasterKey", "generate_key_file"]
@@ -125,17 +124,7 @@ def _decode_key_text(text: str, source: str) -> bytes:
 
 
 def _read_key_file(path: Path) -> str:
-    with open_regular(path, None, what="master key file", error=SecretsUnavailable, nofollow=True) as handle:
-        info = os.fstat(handle.fileno())
-        if info.st_mode & 0o077:
-            raise SecretsUnavailable(
-                f"master key file {path} is accessible by group or others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o})",
-                hint=f"Run `chmod 600 {path}`.",
-            )
-        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-            raise SecretsUnavailable(f"master key file {path} is owned by another user")
-        data = handle.read(MAX_KEY_TEXT + 1)
+    data = read_private(path, MAX_KEY_TEXT, what="master key file", error=SecretsUnavailable)
     try:
         return data.decode("ascii")
     except UnicodeDecodeError as exc:

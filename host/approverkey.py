@@ -28,8 +28,6 @@ Example::
 from __future__ import annotations
 
 import base64
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, final
@@ -38,7 +36,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from host._files import open_regular
+from host._files import read_private
 from host.errors import ApprovalInvalid, ConfigInvalid, SignatureInvalid
 from host.plan import Approval
 from host.signing import STATEMENT_APPROVAL, TrustedKeys, key_id_for, signed_statement
@@ -87,17 +85,7 @@ class ApproverKey:
                 others, owned by another user, or not an unencrypted Ed25519 PEM key.
         """
         path = Path(path)
-        with open_regular(path, None, what="the approver key", error=ConfigInvalid, nofollow=True) as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_mode & 0o077:
-                raise ConfigInvalid(
-                    f"the approver key {path} is accessible by group or others "
-                    f"(mode {stat.S_IMODE(info.st_mode):04o})",
-                    hint=f"Run `chmod 600 {path}`.",
-                )
-            if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-                raise ConfigInvalid(f"the approver key {path} is owned by another user")
-            data = handle.read(_MAX_KEY_BYTES + 1)
+        data = read_private(path, _MAX_KEY_BYTES, what="the approver key", error=ConfigInvalid)
         try:
             private = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError):

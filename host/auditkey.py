@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import secrets as _random
-import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO, Final, final
@@ -42,7 +40,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from host._files import atomic_write, create_exclusive, open_regular
+from host._files import atomic_write, create_exclusive, open_regular, read_private
 from host.errors import AuditUnavailable
 from host.signing import key_id_for
 
@@ -142,17 +140,7 @@ def _read_file(path: Path, what: str) -> bytes:
 
 
 def _read_private(path: Path) -> bytes:
-    with _open(path, "audit key") as handle:
-        info = os.fstat(handle.fileno())
-        if info.st_mode & 0o077:
-            raise AuditUnavailable(
-                f"the audit key {path} is accessible by group or others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o})",
-                hint=f"Run `chmod 600 {path}`.",
-            )
-        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-            raise AuditUnavailable(f"the audit key {path} is owned by another user")
-        return handle.read(_MAX_KEY_TEXT + 1)
+    return read_private(path, _MAX_KEY_TEXT, what="the audit key", error=AuditUnavailable, raw_missing=True)
 
 
 def _decode(text: bytes, path: Path) -> bytes:
