@@ -74,7 +74,7 @@ def test_every_top_level_import_in_host_and_sdk_is_a_declared_dependency() -> No
 
 
 def test_the_import_scan_sees_the_directly_used_mcp_stack() -> None:
-    # The scan itself works: it finds what issue 34 named (they are imported, not only installed).
+    # The scan itself works: it finds the directly used MCP stack (they are imported, not only installed).
     imported = set(_imports())
     assert {"jwt", "anyio", "uvicorn", "starlette", "httpx2", "httpcore2", "mcp_types"} <= imported
     assert {"pyjwt", "anyio", "uvicorn", "starlette", "httpx2", "httpcore2", "mcp-types"} <= _declared()

@@ -1,4 +1,4 @@
-"""Model-facing names: valid per format, unique, deterministic (issue 10)."""
+"""Model-facing names: valid per format, unique, deterministic."""
 
 from __future__ import annotations
 
