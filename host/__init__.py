@@ -21,12 +21,12 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     from host.audit import AuditLog
+    from host.call.host import Host
     from host.config import Ceilings, HostConfig
     from host.errors import StockadeError
-    from host.gateway import CallResult, ErrorInfo, Host, Usage
-    from host.plan import Approval, CallRequest, InvocationPlan, Principal
     from host.policy.engine import FilePolicyEngine
     from host.secrets import MasterKey, SecretsStore
+    from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Principal, Usage
 
 # Each public name is imported from its module on first use (PEP 562), so that
 # ``import host.errors`` or ``import host.audit`` stays cheap: the CLI's start-up time
@@ -36,14 +36,14 @@ _EXPORTS: dict[str, str] = {
     "Ceilings": "host.config",
     "HostConfig": "host.config",
     "StockadeError": "host.errors",
-    "CallResult": "host.gateway",
-    "ErrorInfo": "host.gateway",
-    "Host": "host.gateway",
-    "Usage": "host.gateway",
-    "Approval": "host.plan",
-    "CallRequest": "host.plan",
-    "InvocationPlan": "host.plan",
-    "Principal": "host.plan",
+    "Host": "host.call.host",
+    "Approval": "host.types",
+    "CallRequest": "host.types",
+    "CallResult": "host.types",
+    "ErrorInfo": "host.types",
+    "InvocationPlan": "host.types",
+    "Principal": "host.types",
+    "Usage": "host.types",
     "FilePolicyEngine": "host.policy.engine",
     "MasterKey": "host.secrets",
     "SecretsStore": "host.secrets",

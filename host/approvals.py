@@ -1,4 +1,16 @@
-"""The pending-approval queue: approvals given out of band (docs/design.md §6 step 6, §12).
+"""Approvals: the host's single-use approvals of one action, and the queue of those given out of band.
+
+Two halves (docs/design.md §6 step 6, §7, §12):
+
+- :class:`ApprovalAuthority` issues and redeems the approvals a person gives in the
+  calling session: an HMAC under a key that lives only in the host process binds the
+  action digest, the principal, the session and an expiry, and each approval is single
+  use; :func:`approval_binds` is the part of that check every store backend shares, and
+  :func:`reference_time` the one reference time of a check. Every failure is one opaque
+  ``APPROVAL_INVALID`` (CONTRIBUTING.md principle 12).
+- the pending queue below, for approvals given out of band.
+
+The pending queue:
 
 When a call needs a person's approval and the caller cannot ask one (an MCP client
 without elicitation), the front end queues the action here and refuses the call with
@@ -37,9 +49,13 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import math
+import secrets as _random
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,17 +64,22 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host._files import LOCKING, atomic_write, interprocess_lock, read_regular
+from host.canonical import canonical_json
 from host.errors import ApprovalInvalid, ApprovalQueueFull
-from host.plan import Approval, InvocationPlan
+from host.types import Approval, InvocationPlan
 
 __all__ = [
     "FORMAT",
     "MAX_PENDING",
     "MAX_PENDING_PER_PRINCIPAL",
-    "ApprovalQueue",     "PendingApproval",
+    "ApprovalAuthority",
+    "ApprovalQueue",
+    "PendingApproval",
     "Redemption",
+    "approval_binds",
     "asdict_entry",
     "check_pending_bounds",
+    "reference_time",
 ]
 
 FORMAT: Final = "stockade.approvals/1"
@@ -73,6 +94,99 @@ Status = Literal["pending", "approved", "denied"]
 Redemption = Literal["approved", "denied", "pending", "absent"]
 
 _HEX64 = r"^[0-9a-f]{64}$"
+
+
+def reference_time(now: float | None) -> float:
+    """The one reference time of a check: ``time.time()`` or an injected, finite ``now``.
+
+    Raises:
+        ValueError: ``now`` is NaN, infinite or not a number (a NaN reference time would
+            make every expiry comparison false, so nothing would ever expire).
+    """
+    if now is None:
+        return time.time()
+    if not _is_finite(now):
+        raise ValueError("now must be a finite unix time")
+    return float(now)
+
+
+def approval_binds(plan: InvocationPlan, approval: Approval, reference: float) -> bool:
+    """Whether ``approval`` names ``plan``'s action, principal and session and is still
+    valid at ``reference`` (the MAC and single use are each backend's own check)."""
+    principal = plan.request.principal
+    ok = hmac.compare_digest(approval.action_digest, plan.action_digest)
+    ok &= (approval.project, approval.subject) == principal.key
+    ok &= approval.session == plan.request.session
+    ok &= approval.expires_at > reference
+    return ok
+
+
+def _is_finite(value: object) -> bool:
+    """A real number (not a bool) that is neither NaN nor infinite."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+class ApprovalAuthority:
+    """Issues and redeems single-use approvals bound to one action.
+
+    The MAC key is random per authority (per Host) and never leaves the process, so an
+    approval cannot be forged by whoever writes the call envelope, and approvals do not
+    survive a host restart.
+    """
+
+    __slots__ = ("_key", "_lock", "_used")
+
+    def __init__(self) -> None:
+        self._key = _random.token_bytes(32)
+        self._lock = threading.Lock()
+        self._used: dict[str, float] = {}
+
+    def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
+        """Approve ``plan`` for its principal and session, for ``ttl_s`` seconds.
+
+        Raises:
+            ValueError: ``ttl_s`` is not a positive, finite number, or ``now`` is not finite.
+        """
+        if not _is_finite(ttl_s) or ttl_s <= 0:
+            raise ValueError("ttl_s must be a positive, finite number of seconds")
+        reference = reference_time(now)
+        principal = plan.request.principal
+        fields = {
+            "action_digest": plan.action_digest,
+            "project": principal.project,
+            "subject": principal.subject,
+            "session": plan.request.session,
+            "expires_at": reference + ttl_s,
+            "nonce": _random.token_hex(16),
+        }
+        return Approval(**fields, mac=self._mac(fields))
+
+    def redeem(self, plan: InvocationPlan, approval: Approval, *, now: float | None = None) -> None:
+        """Check ``approval`` against ``plan`` and mark it used.
+
+        Raises:
+            ApprovalInvalid: forged, for another action, principal or session, expired,
+                or already used. One opaque error for every case.
+            ValueError: ``now`` is not finite (caller misuse).
+        """
+        reference = reference_time(now)
+        fields = approval.model_dump(exclude={"mac", "signature", "key_id"})
+        ok = approval.mac is not None and hmac.compare_digest(self._mac(fields), approval.mac)
+        ok &= approval_binds(plan, approval, reference)
+        with self._lock:
+            self._forget_expired(reference)
+            ok &= approval.nonce not in self._used
+            if not ok:
+                raise ApprovalInvalid("the approval is not valid for this action")
+            self._used[approval.nonce] = approval.expires_at
+
+    def _forget_expired(self, reference: float) -> None:
+        expired = [nonce for nonce, until in self._used.items() if until <= reference]
+        for nonce in expired:
+            del self._used[nonce]
+
+    def _mac(self, fields: Mapping[str, Any]) -> str:
+        return hmac.new(self._key, canonical_json(dict(fields)), hashlib.sha256).hexdigest()
 
 
 class PendingApproval(BaseModel):

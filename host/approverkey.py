@@ -15,7 +15,7 @@ an **approver key** the database never holds:
   ``stockade.keys/1`` file, :class:`host.signing.TrustedKeys`); a host holding a private
   approver key also trusts its own public key.
 
-The local store keeps its per-process MAC (:class:`host.plan.ApprovalAuthority`): its
+The local store keeps its per-process MAC (:class:`host.approvals.ApprovalAuthority`): its
 key never leaves the process, so nothing outside can mint or re-arm an approval.
 
 Example::
@@ -38,8 +38,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from host._files import read_private
 from host.errors import ApprovalInvalid, ConfigInvalid, SignatureInvalid
-from host.plan import Approval
 from host.signing import STATEMENT_APPROVAL, TrustedKeys, key_id_for, signed_statement
+from host.types import Approval
 
 __all__ = ["ApproverKey", "approval_statement", "sign_approval", "trusted_with", "verify_approval"]
 
@@ -118,7 +118,7 @@ def trusted_with(keys: TrustedKeys | None, own: ApproverKey | None) -> TrustedKe
 
 
 def sign_approval(key: ApproverKey, fields: Mapping[str, Any]) -> Approval:
-    """An :class:`~host.plan.Approval` of ``fields`` signed by ``key`` (no MAC)."""
+    """An :class:`~host.types.Approval` of ``fields`` signed by ``key`` (no MAC)."""
     bound = {name: fields[name] for name in _SIGNED_FIELDS}
     return Approval(**bound, signature=key.sign(approval_statement(bound)), key_id=key.key_id)
 

@@ -38,11 +38,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final, Literal, final
+from typing import Annotated, Final, Literal, Protocol, final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,10 +51,14 @@ from host.canonical import canonical_json, parse_json
 from host.errors import InputInvalid, LockInvalid, LockRollback
 from host.manifest import is_name, is_semver
 
-if TYPE_CHECKING:
-    from host.lock import LoadedLock
-
-__all__ = ["MAX_GENERATION_STEP", "STATE_FORMAT", "AcceptedState", "LockState", "semver_precedence"]
+__all__ = [
+    "MAX_GENERATION_STEP",
+    "STATE_FORMAT",
+    "AcceptedState",
+    "LockState",
+    "OfferedLock",
+    "semver_precedence",
+]
 
 STATE_FORMAT: Final = "stockade.lock-state/2"
 STATE_FILE: Final = "lock-state.json"
@@ -63,6 +67,46 @@ MAX_HISTORY: Final = 1000  # accepted generations remembered in the state file
 MAX_GENERATION_STEP: Final = 16  # generations a lock may be ahead of the accepted one
 
 _log = logging.getLogger("stockade.lock")
+
+
+class _OfferedEntry(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+
+class _OfferedDocument(Protocol):
+    @property
+    def packages(self) -> Sequence[_OfferedEntry]: ...
+
+
+class OfferedLock(Protocol):
+    """What the forward-only rules read of a verified lock (:class:`host.lock.LoadedLock`).
+
+    Named by what it uses, so this module does not import the lock module, which builds
+    on it.
+    """
+
+    @property
+    def digest(self) -> str:
+        """The lock file's digest."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """The lock's generation."""
+        ...
+
+    @property
+    def previous(self) -> str | None:
+        """The previous generation's digest (``None`` for generation 1)."""
+        ...
+
+    @property
+    def lock(self) -> _OfferedDocument:
+        """The lock document (its package entries' names and versions)."""
+        ...
 
 
 def _check_sha256(value: str) -> str:
@@ -177,7 +221,7 @@ def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _generation_finding(current: AcceptedState, lock: LoadedLock) -> _Finding | None:
+def _generation_finding(current: AcceptedState, lock: OfferedLock) -> _Finding | None:
     offered, accepted = lock.generation, current.generation
     if offered < accepted:
         return _Finding("rollback", f"generation {offered} is older than accepted {accepted}")
@@ -194,7 +238,7 @@ def _generation_finding(current: AcceptedState, lock: LoadedLock) -> _Finding | 
     return None
 
 
-def _package_findings(current: AcceptedState, lock: LoadedLock) -> list[_Finding]:
+def _package_findings(current: AcceptedState, lock: OfferedLock) -> list[_Finding]:
     findings = []
     for entry in lock.lock.packages:
         mark = current.packages.get(entry.name)
@@ -251,7 +295,7 @@ class LockState:
                 hint="Restore the state file from a backup; deleting it re-trusts any lock on first use.",
             ) from None
 
-    def check(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
+    def check(self, lock: OfferedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
         """Raise if :meth:`accept` would refuse ``lock``; never writes.
 
         Raises:
@@ -264,7 +308,7 @@ class LockState:
         findings = self._judge(self.current(), lock, unsafe_accept_rollback=unsafe_accept_rollback)
         return tuple(f.reason for f in findings)
 
-    def accept(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
+    def accept(self, lock: OfferedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
         """Accept a verified lock and persist the new state atomically.
 
         Args:
@@ -295,7 +339,7 @@ class LockState:
             return tuple(f.reason for f in findings)
 
     @staticmethod
-    def _already_recorded(current: AcceptedState, lock: LoadedLock) -> bool:
+    def _already_recorded(current: AcceptedState, lock: OfferedLock) -> bool:
         return (
             current.format == STATE_FORMAT
             and current.digest == lock.digest
@@ -303,7 +347,7 @@ class LockState:
         )
 
     def _judge(
-        self, current: AcceptedState | None, lock: LoadedLock, *, unsafe_accept_rollback: bool
+        self, current: AcceptedState | None, lock: OfferedLock, *, unsafe_accept_rollback: bool
     ) -> list[_Finding]:
         """Return what ``unsafe_accept_rollback`` overrides (empty when acceptable), or raise."""
         if current is None:
@@ -336,7 +380,7 @@ class LockState:
         return findings
 
     def _next_state(
-        self, current: AcceptedState | None, lock: LoadedLock, findings: list[_Finding]
+        self, current: AcceptedState | None, lock: OfferedLock, findings: list[_Finding]
     ) -> AcceptedState:
         at = self._now().astimezone(timezone.utc).isoformat()
         history = (*(current.history if current else ()), _HistoryItem(
@@ -383,7 +427,7 @@ _HINTS: Final[dict[str, str]] = {
 }
 
 
-def _next_marks(current: AcceptedState | None, lock: LoadedLock) -> dict[str, _PackageMark]:
+def _next_marks(current: AcceptedState | None, lock: OfferedLock) -> dict[str, _PackageMark]:
     """Raise each locked package's mark to its version; an (overridden) downgrade lowers it.
 
     Packages not in this lock keep their marks, so re-adding an old version later is a

@@ -249,7 +249,7 @@ def diff_locks(
 
 def _lock_bindings(loaded: LoadedLock, sources: Any) -> dict[str, frozenset[str]]:
     """Tool name → the binding digests of its versions in a verified lock, as a Host
-    computes them (:func:`host._opening.tool_bindings`)."""
+    computes them (:func:`host.call.open.tool_bindings`)."""
     key_ids = {entry.name: entry.key_id for entry in loaded.lock.packages}
     digests = {**package_bindings(loaded.registry(), key_ids), **binding_digests(sources)}
     out: dict[str, set[str]] = {}

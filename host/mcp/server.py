@@ -65,6 +65,7 @@ from pydantic import ValidationError
 from host.adapters.schemas import mcp_annotations
 from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
 from host.audit import redact_params
+from host.call.host import Host, ProgressHook
 from host.canonical import canonical_json
 from host.errors import (
     ApprovalDenied,
@@ -75,12 +76,11 @@ from host.errors import (
     StockadeError,
     ToolNotFound,
 )
-from host.gateway import CallResult, ErrorInfo, Host, ProgressHook
 from host.mcp.state import RequestStates
-from host.plan import Approval, CallRequest, InvocationPlan, Principal
 from host.registry import ToolDefinition
 from host.store.pending import PendingApprovalPort
 from host.text import escape_unsafe
+from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Principal
 
 __all__ = ["APPROVAL_KEY", "META_KEY", "ServeOptions", "StockadeMCP"]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from host.policy.engine import (
     Decision,
-    Fence,
     FilePolicyEngine,
     PolicyEngine,
     PrincipalRef,
@@ -31,6 +30,7 @@ from host.policy.toolpolicy import (
     UserToolPolicy,
     service_of,
 )
+from host.types import Fence
 
 __all__ = [
     "ClassSelector",

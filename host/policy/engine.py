@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from host._files import UnsafePermissions
 from host.errors import PolicyUnavailable
 from host.policy._files import CachedFile, atomic_write, interprocess_lock, read_bounded, sidecar_lock
+from host.types import Fence  # re-exported: an engine of one's own builds its decisions' fences
 
 __all__ = [
     "POLICY_FORMAT",
@@ -74,19 +75,6 @@ class Verdict(str, Enum):
     ALLOW = "allow"
     DENY = "deny"
     REQUIRE_APPROVAL = "require_approval"
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """The versions a decision was made under; deliberately unvalidated (see :func:`check_fences`).
-
-    Args:
-        policy_version: version of the role definitions.
-        role_binding_version: version of the role bindings.
-    """
-
-    policy_version: int
-    role_binding_version: int
 
 
 @dataclass(frozen=True, slots=True)

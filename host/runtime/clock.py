@@ -56,20 +56,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final
 
 import wasmtime
 from wasmtime import component as wc
 
 from host.runtime.binary import census
 from host.runtime.imports import CallContext, current_context
+from host.runtime.models import ClockBridge
 
 __all__ = [
     "CLOCK_BRIDGE_WAT",
     "DEADLINE_OVERSHOOT_NS",
     "MAX_CLOCK_SUBSCRIPTIONS",
-    "ClockBridge",
     "DeadlineExceeded",
     "install_deadline_clock",
     "native_clock_interface",
@@ -110,24 +109,6 @@ CLOCK_BRIDGE_WAT: Final = """
 
 class DeadlineExceeded(wasmtime.WasmtimeError):
     """Raised into wasmtime when a guest subscribes to the clock after its deadline."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ClockBridge:
-    """What the sandbox needs to run guests under the replaced clock.
-
-    Args:
-        native_linker: a linker with only wasmtime's WASI (instantiates the bridge).
-        component: the compiled clock bridge.
-        extra_instances: core instances the bridge adds to a store (for its limits).
-        interface: the replaced interface name, e.g. ``wasi:clocks/monotonic-clock@0.2.12``.
-    """
-
-    native_linker: wc.Linker
-    component: wc.Component
-    extra_instances: int
-    interface: str
 
 
 def native_clock_interface(engine: wasmtime.Engine) -> str:

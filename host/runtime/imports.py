@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import wasmtime
 from wasmtime import component as wc
@@ -43,10 +43,7 @@ from wasmtime import component as wc
 from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.runtime import _compat
 from host.runtime.calllog import CallLog
-from host.runtime.models import LogLevel
-
-if TYPE_CHECKING:
-    from host.runtime.clock import ClockBridge
+from host.runtime.models import ClockBridge, LogLevel
 
 __all__ = [
     "HOST_INTERFACE",

@@ -15,10 +15,14 @@ Example::
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
+
+if TYPE_CHECKING:
+    import wasmtime.component as wc
 
 __all__ = [
     "CacheStats",
+    "ClockBridge",
     "LogLevel",
     "LogLine",
     "LogSource",
@@ -156,3 +160,21 @@ class CacheStats:
     deserialized: int
     memory_hits: int
     rejected: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ClockBridge:
+    """What the sandbox needs to run guests under the replaced clock.
+
+    Args:
+        native_linker: a linker with only wasmtime's WASI (instantiates the bridge).
+        component: the compiled clock bridge.
+        extra_instances: core instances the bridge adds to a store (for its limits).
+        interface: the replaced interface name, e.g. ``wasi:clocks/monotonic-clock@0.2.12``.
+    """
+
+    native_linker: wc.Linker
+    component: wc.Component
+    extra_instances: int
+    interface: str

@@ -71,11 +71,10 @@ from host.runtime._calltype import CallType
 from host.runtime.binary import Census
 from host.runtime.calllog import CallLog, mentions_oom
 from host.runtime.checks import CALL_EXPORT, ComponentShape
-from host.runtime.clock import ClockBridge
 from host.runtime.engine import deadline_ticks
 from host.runtime.imports import CallContext, activate, deactivate
 from host.runtime.interrupt import InterruptWatch
-from host.runtime.models import LogLine, SandboxLimits, SandboxResult, SandboxUsage
+from host.runtime.models import ClockBridge, LogLine, SandboxLimits, SandboxResult, SandboxUsage
 
 __all__ = ["TABLE_HEADROOM", "LoadedComponent", "execute", "store_limits"]
 

@@ -4,7 +4,7 @@ See :mod:`host.store.port` for the contract. ``local`` is the embedded default;
 ``postgres`` (``pip install 'stockade[postgres]'``) lets many host processes behave as
 one. :func:`open_store` turns the ``--store`` / ``STOCKADE_STORE`` value into a backend.
 :mod:`host.store.watch` notices a newer lock generation accepted by another process
-(``Host.follow_generations``, :mod:`host.reload`).
+(``Host.follow_generations``, :mod:`host.call.reload`).
 
 Example::
 

@@ -4,7 +4,7 @@
 behind it, so its behaviour and speed do not change:
 
 - audit: the :class:`host.audit.AuditLog` file (one ``flock``-ed writer per file);
-- approvals: :class:`host.plan.ApprovalAuthority` (a per-process MAC key; approvals do
+- approvals: :class:`host.approvals.ApprovalAuthority` (a per-process MAC key; approvals do
   not survive a restart and are not valid in another process);
 - rate limits: :class:`host.ratelimit.RateLimiter` (process memory);
 - session grants: :class:`host.policy.grants.SessionGrants` (process memory);
@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Final, cast
 
 from host._files import LockHeld, open_lock
-from host.approvals import ApprovalQueue
+from host.approvals import ApprovalAuthority, ApprovalQueue
 from host.audit import AuditLog
 from host.errors import StoreUnavailable
 from host.lock import LoadedLock, LockState
-from host.plan import ApprovalAuthority
 from host.policy.grants import SessionGrants
 from host.ratelimit import RateLimiter
 from host.store.port import StoreLifecycle

@@ -35,11 +35,11 @@ from host.approverkey import ApproverKey, sign_approval, trusted_with, verify_ap
 from host.errors import ApprovalInvalid, ApproverKeyMissing
 
 if TYPE_CHECKING:
-    from host.plan import InvocationPlan
     from host.signing import TrustedKeys
     from host.store._pg import Conn, Database
+    from host.types import Approval, InvocationPlan
 
-__all__ = ["PendingApprovalPort", "PgPendingApprovals"]
+__all__ = ["PendingApprovalPort", "PgPendingApprovals", "record_approval"]
 
 
 class PendingApprovalPort(Protocol):
@@ -222,8 +222,6 @@ class PgPendingApprovals:
 
     def _signed(self, conn: Conn, entry: PendingApproval) -> PendingApproval:
         """``entry`` with its approver-signed approval, whose row is inserted in ``conn``."""
-        from host.store.postgres import record_approval  # noqa: PLC0415 - postgres imports this module
-
         if self._approver is None or entry.session is None:
             raise ApprovalInvalid(
                 f"the queued action {entry.action_digest[:64]} has no session to bind an approval to",
@@ -296,3 +294,21 @@ def _insert(conn: Conn, entry: PendingApproval) -> None:
         (entry.action_digest, entry.project, entry.subject, entry.model_dump_json(), entry.status,
          entry.requested_at, entry.expires_at),
     )
+
+
+def record_approval(conn: Conn, approval: Approval) -> None:
+    """Insert ``approval``'s row (the ``mac`` column holds its signature) and drop day-old rows.
+
+    (``host.store._pg`` loads psycopg, which a local-store host never needs: imported here.)
+    """
+    from host.store._pg import committing  # noqa: PLC0415 - keeps psycopg off the local path
+
+    with committing(conn):
+        conn.execute(
+            "INSERT INTO approvals (nonce, action_digest, project, subject, session, mac, "
+            "expires_at) VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s))",
+            (approval.nonce, approval.action_digest, approval.project, approval.subject,
+             approval.session, approval.signature, approval.expires_at),
+        )
+        conn.execute("DELETE FROM approvals WHERE expires_at < now() - interval '1 day'")
+        conn.execute("DELETE FROM approval_nonces WHERE expires_at < now() - interval '1 day'")

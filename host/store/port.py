@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from host.lock import LoadedLock
-    from host.plan import Approval, InvocationPlan
     from host.store.pending import PendingApprovalPort
+    from host.types import Approval, InvocationPlan
 
 __all__ = [
     "ApprovalPort",

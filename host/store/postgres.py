@@ -68,6 +68,7 @@ from typing import Any, Final, Literal
 
 import psycopg
 
+from host.approvals import approval_binds, reference_time
 from host.approverkey import ApproverKey, sign_approval, trusted_with, verify_approval
 from host.audit import (
     CHECKPOINT_KIND,
@@ -80,14 +81,14 @@ from host.audit import (
 from host.auditkey import AuditKey
 from host.errors import ApprovalInvalid, ApproverKeyMissing, AuditUnavailable, StockadeError, StoreUnavailable
 from host.lock import LoadedLock, LockState
-from host.plan import Approval, InvocationPlan, approval_binds, reference_time
 from host.signing import TrustedKeys
 from host.store._pg import PROBE_INTERVAL_S, Conn, Database, committing
 from host.store.local import overrides_of
 from host.store.migrations import check_version
-from host.store.pending import PgPendingApprovals
+from host.store.pending import PgPendingApprovals, record_approval
 from host.store.pgcounters import PgGrants, PgRateLimits
 from host.store.port import StoreLifecycle
+from host.types import Approval, InvocationPlan
 
 __all__ = [
     "HOST_CHAIN",
@@ -436,19 +437,6 @@ def approval_fields(plan: InvocationPlan, *, ttl_s: float, now: float | None) ->
         "session": plan.request.session, "expires_at": reference_time(now) + ttl_s,
         "nonce": secrets.token_hex(16),
     }
-
-
-def record_approval(conn: Conn, approval: Approval) -> None:
-    """Insert ``approval``'s row (the ``mac`` column holds its signature) and drop day-old rows."""
-    with committing(conn):
-        conn.execute(
-            "INSERT INTO approvals (nonce, action_digest, project, subject, session, mac, "
-            "expires_at) VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s))",
-            (approval.nonce, approval.action_digest, approval.project, approval.subject,
-             approval.session, approval.signature, approval.expires_at),
-        )
-        conn.execute("DELETE FROM approvals WHERE expires_at < now() - interval '1 day'")
-        conn.execute("DELETE FROM approval_nonces WHERE expires_at < now() - interval '1 day'")
 
 
 class PgLockGenerations:

@@ -45,8 +45,8 @@ from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ApprovalInvalid, StockadeError, ToolFailed
 from host.manifest import Effect, PackageManifest, Risk
-from host.plan import InvocationPlan, Principal
 from host.registry import Binding, ToolDefinition
+from host.types import InvocationPlan, Principal
 
 __all__ = [
     "HOST_PACKAGE",

@@ -28,10 +28,10 @@ from host.canonical import sha256_hex
 from host.config import WorkspaceGrant
 from host.errors import InputInvalid, ToolNotFound
 from host.manifest import Effect, Risk
-from host.plan import Principal
 from host.tools.atomic import TEMP_PREFIX, atomic_replace, sweep_temp_files
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.paths import MAX_PATH_BYTES, RelPath, Workspace, parse_path
+from host.types import Principal
 
 __all__ = [
     "Workspaces",

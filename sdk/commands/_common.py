@@ -480,7 +480,7 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     Returns:
         The open host; close it (``with``).
     """
-    from host.gateway import Host
+    from host.call.host import Host
     from host.policy.engine import FilePolicyEngine
 
     root = state_dir(args)

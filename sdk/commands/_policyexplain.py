@@ -22,10 +22,10 @@ def explain(
     """The decision report (JSON-able) for ``args.subject`` in ``args.project`` calling ``tool``
     (``binding``: the tool's binding digest in the lock; a user allow recorded for another
     one is a rebind and asks)."""
-    from host.plan import Principal
     from host.policy.engine import Verdict
     from host.policy.grants import final_decision
     from host.policy.toolpolicy import ToolPolicyStore, service_of
+    from host.types import Principal
 
     principal = Principal(project=args.project, subject=args.subject)
     roles = document["bindings"].get(args.project, {}).get(args.subject, [])

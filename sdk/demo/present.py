@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from host.gateway import CallResult
+from host.types import CallResult
 
 __all__ = ["Outcome", "Screen", "mask"]
 

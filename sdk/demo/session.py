@@ -24,8 +24,8 @@ from rich.text import Text
 from host import CallRequest, CallResult, Host, Principal
 from host.audit import verify
 from host.manifest import Effect
-from host.plan import Preview
 from host.registry import ToolDefinition
+from host.types import Preview
 from sdk.cli import main
 from sdk.demo.present import Outcome, Screen, mask
 from sdk.demo.tracker_api import EVIL_LOCATION, HOSTILE_HOST, TRACKER_HOST, TrackerServer

@@ -36,9 +36,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from host.call.host import Host
 from host.config import HostConfig
 from host.egress.port import DenyAllEgress
-from host.gateway import Host
 from host.policy.engine import FilePolicyEngine
 from sdk.build import build_project
 from tests.support.bundles import lock_entry, write_lock

@@ -38,10 +38,10 @@ import psycopg
 from host import FilePolicyEngine, Host, HostConfig
 from host.audit import verify
 from host.auditkey import AuditKey
-from host.plan import CallRequest, Principal
 from host.policy.toolpolicy import ToolPolicyStore
 from host.store.migrations import migrate
 from host.store.postgres import PostgresStore
+from host.types import CallRequest, Principal
 from tests.support.fleet import Repo, Worker, make_repo
 from tests.support.postgres import Cluster
 

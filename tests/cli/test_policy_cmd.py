@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from host.plan import Principal
 from host.policy.engine import FilePolicyEngine, Verdict
+from host.types import Principal
 
 
 def stockade(*args: str) -> subprocess.CompletedProcess[str]:

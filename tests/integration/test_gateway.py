@@ -16,16 +16,18 @@ from typing import Any
 import pytest
 
 import host.audit as audit_module
-import host.plan as plan_module
+import host.call.prepare as plan_module
+import host.types as types_module
 from host import CallRequest, Host, HostConfig, Principal
 from host.audit import AuditLog, verify
+from host.call.prepare import action_digest
 from host.canonical import digest_json
 from host.egress.session import EgressSession
 from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied, ToolNotFound
-from host.plan import Approval, InvocationPlan, Preview, action_digest
-from host.policy.engine import Decision, Fence, Verdict
+from host.policy.engine import Decision, Verdict
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
 from host.secrets import SecretsStore
+from host.types import Approval, Fence, InvocationPlan, Preview
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
 from tests.support.hosts import ALICE, HostFixture, echo_manifest, echo_tool, make_host
 from tests.support.secrets import make_key
@@ -269,11 +271,11 @@ def test_envelope_types_are_not_coerced(fx: HostFixture, field: str, value: Any)
 def test_envelope_over_its_byte_budget_refused(fx: HostFixture) -> None:
     envelope = fx.request().model_dump()
     overhead = len(json.dumps(envelope | {"input": {"message": ""}}))
-    envelope["input"] = {"message": "x" * (plan_module.MAX_ENVELOPE_BYTES - overhead)}
+    envelope["input"] = {"message": "x" * (types_module.MAX_ENVELOPE_BYTES - overhead)}
     at_edge = json.dumps(envelope)
-    assert len(at_edge) == plan_module.MAX_ENVELOPE_BYTES
+    assert len(at_edge) == types_module.MAX_ENVELOPE_BYTES
     assert CallRequest.from_json(at_edge).tool == "echo.say"
-    envelope["input"] = {"message": "x" * (plan_module.MAX_ENVELOPE_BYTES - overhead + 1)}
+    envelope["input"] = {"message": "x" * (types_module.MAX_ENVELOPE_BYTES - overhead + 1)}
     with pytest.raises(Exception, match="REQUEST_INVALID"):
         CallRequest.from_json(json.dumps(envelope))
 

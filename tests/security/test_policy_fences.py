@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from host.errors import PolicyUnavailable
-from host.policy.engine import Decision, Fence, FilePolicyEngine, Verdict, aggregate, check_fences
+from host.policy.engine import Decision, FilePolicyEngine, Verdict, aggregate, check_fences
+from host.types import Fence
 from tests.support.policy import P
 
 F = Fence(4, 9)

@@ -17,9 +17,9 @@ import pytest
 
 from host.approverkey import ApproverKey, sign_approval
 from host.errors import ApprovalInvalid, ApproverKeyMissing, ConfigInvalid
-from host.plan import Approval, InvocationPlan
 from host.signing import TrustedKeys
 from host.store.postgres import PostgresStore
+from host.types import Approval, InvocationPlan
 from tests.store.test_contract import plans  # noqa: F401 - the module-scoped plans fixture
 from tests.support.approver import APPROVER, write_approver_config
 

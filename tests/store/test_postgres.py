@@ -16,11 +16,11 @@ import pytest
 
 from host.audit import verify
 from host.errors import ApprovalInvalid, LockRollback, RateLimited, StoreUnavailable
-from host.plan import InvocationPlan
 from host.store import open_postgres
 from host.store.chain import export_chain, pick_chain, verify_chain
 from host.store.migrations import SCHEMA_VERSION, migrate
 from host.store.postgres import PostgresStore
+from host.types import InvocationPlan
 from tests.store.test_contract import Locks, plans  # noqa: F401 - the module-scoped plans fixture
 from tests.support.approver import APPROVER
 from tests.support.hosts import ALICE

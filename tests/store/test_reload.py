@@ -1,4 +1,4 @@
-"""A running Host follows the lock generation another process accepts (host.reload).
+"""A running Host follows the lock generation another process accepts (host.call.reload).
 
 Two Hosts, each with its own state dir, share one store: A opens a newer generation,
 B — following generations — reloads it through every check of ``Host.open`` and swaps
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from host import Host, HostConfig
-from host.plan import CallRequest
-from host.reload import ReloadEvent
+from host.call.reload import ReloadEvent
 from host.store import LocalStore, StateStore
+from host.types import CallRequest
 from tests.store.conftest import open_local
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
 from tests.support.hosts import ALICE, echo_manifest, echo_tool, write_policy

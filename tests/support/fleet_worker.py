@@ -27,9 +27,9 @@ from typing import Any
 
 from host import FilePolicyEngine, Host, HostConfig
 from host.errors import StockadeError
-from host.plan import Approval, CallRequest, Principal
 from host.policy.toolpolicy import ToolPolicyStore
 from host.store.postgres import PostgresStore
+from host.types import Approval, CallRequest, Principal
 from tests.support.approver import APPROVER
 
 ALICE = Principal(project="p", subject="alice")

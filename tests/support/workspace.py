@@ -13,7 +13,7 @@ from typing import Any
 
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.config import WorkspaceGrant
-from host.plan import InvocationPlan
+from host.types import InvocationPlan
 from tests.support.bundles import write_lock
 from tests.support.hosts import write_policy
 

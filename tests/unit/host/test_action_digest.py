@@ -16,8 +16,8 @@ import json
 import pytest
 
 from host import Principal
+from host.call.prepare import action_digest
 from host.manifest import Effect, PackageManifest, Risk
-from host.plan import action_digest
 from host.registry import Binding, FrozenRegistry, ToolDefinition
 from tests.support.bundles import make_manifest, manifest_bytes
 

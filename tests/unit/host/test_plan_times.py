@@ -13,8 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from host import Principal
+from host.approvals import ApprovalAuthority
 from host.errors import ApprovalInvalid, RequestInvalid
-from host.plan import Approval, ApprovalAuthority, InvocationPlan
+from host.types import Approval, InvocationPlan
 from tests.support.hosts import HostFixture, make_host
 
 NON_FINITE = [math.nan, math.inf, -math.inf]

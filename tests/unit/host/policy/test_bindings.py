@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from host.call.host import _GENERATION_FIELDS
 from host.errors import ToolNotFound
-from host.gateway import _GENERATION_FIELDS
 from host.manifest import PackageManifest
 from host.mcpsource.hosting import binding_digests
 from host.mcpsource.pin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, PinnedTool, tool_digest

@@ -11,7 +11,8 @@ import pytest
 from host.errors import PolicyUnavailable
 from host.policy import _files
 from host.policy import engine as engine_mod
-from host.policy.engine import Decision, Fence, FilePolicyEngine, Verdict
+from host.policy.engine import Decision, FilePolicyEngine, Verdict
+from host.types import Fence
 from tests.support.policy import P, policy_doc, write_json
 
 ROLES = {

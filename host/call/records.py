@@ -1,10 +1,10 @@
 """What a call leaves behind: its result, its audit records, its usage (private to the gateway).
 
-The gateway (:mod:`host.gateway`) is the pipeline; this module holds the pieces it
+The gateway (:mod:`host.call.host`) is the pipeline; this module holds the pieces it
 assembles at the end of a call and that carry no decision of their own:
 
-- the public result types :class:`CallResult`, :class:`ErrorInfo` and :class:`Usage`
-  (re-exported by :mod:`host.gateway` and :mod:`host`);
+- filling the public result types of :mod:`host.types` (:class:`CallResult`,
+  :class:`ErrorInfo`, :class:`Usage`);
 - the audit record of a call (:func:`call_record`, :func:`envelope_summary`,
   :func:`http_records`), scrubbed of staged secrets and with sensitive params redacted;
 - :func:`refuse`, which appends the outcome record of a refused or failed call and
@@ -23,25 +23,21 @@ import functools
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from host.audit import redact_params
 from host.egress.port import EgressPort
 from host.egress.session import EgressSession
 from host.errors import EgressDenied, EgressUnreachable, StockadeError
-from host.plan import CallRequest, InvocationPlan
 from host.redact import Redactor
 from host.registry import ToolDefinition
 from host.store.port import AuditSink
+from host.types import CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage
 
 __all__ = [
     "GUEST_TRACEBACK_MARKER",
     "GUEST_TRACEBACK_MAX_CHARS",
     "NO_REDACTION",
-    "CallResult",
-    "ErrorInfo",
-    "Usage",
     "approval_record",
     "call_record",
     "egress_cause",
@@ -59,54 +55,6 @@ _log = logging.getLogger("stockade.gateway")
 
 NO_REDACTION = Redactor(())
 """The redactor of a call that staged no secret (built once: it redacts nothing)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorInfo:
-    """A refusal as the caller sees it: stable code, message, hint, safe details."""
-
-    code: str
-    message: str
-    hint: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """What a call consumed."""
-
-    fuel: int = 0
-    duration_ms: float = 0.0
-    http_requests: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (for audit records)."""
-        return {
-            "fuel": self.fuel,
-            "duration_us": round(self.duration_ms * 1000),
-            "http_requests": self.http_requests,
-            "bytes_sent": self.bytes_sent,
-            "bytes_received": self.bytes_received,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class CallResult:
-    """The answer to a call: ``output`` when ``ok``, else ``error``.
-
-    ``audit_id`` is the hash of the outcome record; ``log`` the guest's captured log
-    (scrubbed of staged secrets).
-    """
-
-    ok: bool
-    output: Any = None
-    error: ErrorInfo | None = None
-    audit_id: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    log: str = ""
-    action_digest: str | None = None
 
 
 @functools.lru_cache(maxsize=64)

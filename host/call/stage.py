@@ -22,11 +22,11 @@ from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.egress.session import EgressSession
 from host.egress.transport import TransportFactory
 from host.errors import CredentialUnavailable
-from host.plan import InvocationPlan, Principal
 from host.redact import Redactor
 from host.registry import ToolDefinition
 from host.runtime import SandboxLimits
 from host.secrets import SecretsStore, SecretValue
+from host.types import InvocationPlan, Principal
 
 __all__ = [
     "ReportingEgress",

@@ -17,10 +17,10 @@ process, network or timer authority — or raises the refusal:
    computed;
 6. the plan is ``ready`` or ``approval_required`` with a redacted preview.
 
-Approvals are issued by the host (:class:`ApprovalAuthority`): an HMAC under a key that
-lives only in the host process binds the action digest, the principal, the session and
-an expiry, and each approval is single use. Every approval failure is one opaque
-``APPROVAL_INVALID`` (CONTRIBUTING.md principle 12).
+The values it reads and makes (:class:`~host.types.CallRequest`,
+:class:`~host.types.InvocationPlan`, :class:`~host.types.Preview`) live in
+:mod:`host.types`; approvals are issued and redeemed by
+:class:`host.approvals.ApprovalAuthority`.
 
 Example::
 
@@ -32,263 +32,32 @@ Example::
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import json
-import math
 import re
-import secrets as _random
 import shlex
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
-from host.errors import (
-    ApprovalInvalid,
-    PolicyDenied,
-    PolicyUnavailable,
-    RequestInvalid,
-    StockadeError,
-)
+from host.approvals import reference_time
+from host.canonical import canonical_json, digest_json, sha256_hex
+from host.errors import PolicyDenied, PolicyUnavailable, RequestInvalid, StockadeError
 from host.policy.bindings import BoundGrants, package_binding
-from host.policy.engine import Decision, Fence, PolicyEngine, Verdict, check_fences
+from host.policy.engine import Decision, PolicyEngine, Verdict, check_fences
 from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
 from host.registry import FrozenRegistry, ToolDefinition
 from host.schema import canonicalize
 from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
-from host.text import has_unsafe
+from host.types import CallRequest, Fence, InvocationPlan, Preview, Principal, validate_envelope
 
 if TYPE_CHECKING:
     from host.store.port import GrantPort
 
-__all__ = [
-    "ACTION_DOMAIN",
-    "Approval",
-    "ApprovalAuthority",
-    "CallRequest",
-    "InvocationPlan",
-    "Preview",
-    "Principal",
-    "action_digest",
-    "approval_binds",
-    "prepare",
-    "reference_time",
-]
+__all__ = ["ACTION_DOMAIN", "action_digest", "prepare", "required_permissions"]
 
 ACTION_DOMAIN = "stockade/tool-invocation@1"
 """Domain separator of the action digest (docs/design.md §7); versioned like every format."""
-
-MAX_ENVELOPE_BYTES = 128 * 1024  # bytes of a JSON call envelope (input budget + room)
-
-_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-def _identifier(value: str) -> str:
-    """Refuse control, zero-width and bidi characters in an identifier of the envelope.
-
-    One rule for every transport (Python, CLI, stdio, HTTP tokens, OAuth ``sub``): a NUL
-    or an escape in a principal would break the stores that key on it (PostgreSQL text
-    cannot hold NUL) and mislead the person who reads it in a listing or the audit log.
-    """
-    if has_unsafe(value):
-        raise ValueError("must not contain control, zero-width or bidi characters")
-    return value
-
-
-class Principal(BaseModel):
-    """Who is calling: a stable subject inside a project.
-
-    Args:
-        project: the project (scope of policy and secrets).
-        subject: the stable subject id (a person or an agent).
-        expires_at: unix time after which the principal is refused; ``None`` = no expiry.
-            Must be finite: NaN and infinities are refused (NaN never expired).
-    """
-
-    model_config = _STRICT
-
-    project: str = Field(min_length=1, max_length=128)
-    subject: str = Field(min_length=1, max_length=256)
-    expires_at: float | None = Field(default=None, allow_inf_nan=False)
-
-    @field_validator("project", "subject")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        return _identifier(value)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """(project, subject): the key of rate limits, grants and secrets."""
-        return (self.project, self.subject)
-
-
-class Approval(BaseModel):
-    """A person's approval of one exact action, issued by :class:`ApprovalAuthority`."""
-
-    model_config = _STRICT
-
-    action_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    project: str
-    subject: str
-    session: str
-    expires_at: float = Field(allow_inf_nan=False)
-    nonce: str = Field(pattern=r"^[0-9a-f]{32}$")
-    # Exactly one authenticator: ``mac`` (the local store's per-process key) or
-    # ``signature`` + ``key_id`` (an approver key, stockade/approval@1: shared stores).
-    mac: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    signature: str | None = Field(default=None, pattern=r"^[A-Za-z0-9+/]{86}==$")
-    key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
-
-    @model_validator(mode="after")
-    def _one_authenticator(self) -> Approval:
-        signed = self.signature is not None and self.key_id is not None
-        if (self.signature is None) != (self.key_id is None) or (self.mac is None) == (not signed):
-            raise ValueError("an approval carries either a mac, or a signature and its key_id")
-        return self
-
-
-class CallRequest(BaseModel):
-    """The call envelope the model (through the host app) proposes.
-
-    ``input`` is only checked to be an object here; it is validated against the tool's
-    schema after policy has allowed the call.
-    """
-
-    model_config = _STRICT
-
-    principal: Principal
-    session: str = Field(min_length=1, max_length=256)
-    tool: str = Field(min_length=1, max_length=64)
-    version: str = Field(min_length=1, max_length=64)
-    input: dict[str, Any]
-    approval: Approval | None = None
-
-    @field_validator("session")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        return _identifier(value)
-
-    @classmethod
-    def from_json(cls, data: bytes | str) -> CallRequest:
-        """Parse an envelope from untrusted JSON.
-
-        Raises:
-            RequestInvalid: not strict JSON, too large, extra or missing fields.
-        """
-        try:
-            raw = parse_json(data, max_bytes=MAX_ENVELOPE_BYTES)
-        except StockadeError as exc:
-            raise RequestInvalid(f"call envelope is not valid JSON: {exc.message}") from exc
-        return _validate_envelope(raw)
-
-
-def _validate_envelope(raw: object) -> CallRequest:
-    try:
-        if isinstance(raw, CallRequest):
-            return raw
-        return CallRequest.model_validate(raw)
-    except ValidationError as exc:
-        problems = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()]
-        raise RequestInvalid("call envelope is invalid", problems=problems) from exc
-
-
-@dataclass(frozen=True, slots=True)
-class Preview:
-    """What a person sees before approving; holds no input values and no secrets."""
-
-    tool: str
-    version: str
-    package: str
-    package_version: str
-    generation: int
-    effect: str
-    risk: str
-    permissions: tuple[str, ...]
-    hosts: tuple[str, ...]
-    secrets: tuple[str, ...]
-    action_digest: str
-    detail: str | None = None  # a host tool's prepared effect, e.g. an edit's diff (escaped)
-    rebind: Mapping[str, str] | None = None  # {"recorded", "current"}: asks because of a rebind
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``diff`` only when the tool prepared one, ``rebind`` only on a rebind)."""
-        extra = ({} if self.detail is None else {"diff": self.detail}) | (
-            {} if self.rebind is None else {"rebind": dict(self.rebind)})
-        return extra | {
-            "tool": self.tool,
-            "version": self.version,
-            "package": self.package,
-            "package_version": self.package_version,
-            "generation": self.generation,
-            "effect": self.effect,
-            "risk": self.risk,
-            "permissions": list(self.permissions),
-            "hosts": list(self.hosts),
-            "secrets": list(self.secrets),
-            "action_digest": self.action_digest,
-        }
-
-    def lines(self) -> list[str]:
-        """The preview for a person, one field per line, every value whole: the action
-        digest is never shortened (a person may compare it with an audit record)."""
-        return [
-            f"tool            {self.tool}@{self.version}",
-            f"package         {self.package}@{self.package_version}, lock generation {self.generation}",
-            f"effect / risk   {self.effect} / {self.risk}",
-            f"permissions     {', '.join(self.permissions) or '-'}",
-            f"may reach       {', '.join(self.hosts) or '(no network)'}",
-            f"secrets         {', '.join(self.secrets) or '-'}",
-            f"action digest   {self.action_digest}",
-            *([] if self.detail is None else ["change", *self.detail.splitlines()]),
-            *self._rebind_lines(),
-        ]
-
-    def _rebind_lines(self) -> list[str]:
-        if self.rebind is None:
-            return []
-        recorded = self.rebind.get("recorded") or "(none: not bound)"
-        return [
-            "asks because    REBIND: your allow of this tool was recorded for another binding",
-            f"allowed for     binding {recorded}",
-            f"now bound to    binding {self.rebind.get('current') or '(unknown)'}",
-            "                (what the tool can reach is listed above; compare the locks with "
-            "`stockade diff OLD NEW`)",
-        ]
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-
-@dataclass(frozen=True, slots=True)
-class InvocationPlan:
-    """A prepared call: pure data (no handles, clients, files or clocks).
-
-    ``status`` is ``ready`` or ``approval_required``. ``canonical_input`` is the
-    validated, canonical input; ``action_digest`` the §7 digest; ``fence`` the policy
-    versions every decision agreed on.
-    """
-
-    status: Literal["ready", "approval_required"]
-    request: CallRequest
-    tool: str
-    version: str
-    canonical_input: bytes
-    input_sha256: str
-    action_digest: str
-    fence: Fence
-    preview: Preview
-    effect: Mapping[str, Any] | None = None  # a host tool's prepared effect (host.tools)
-    tool_policy: Mapping[str, Any] = field(default_factory=dict)
-    """How the tool policy decided (for audit records): ``mode``, ``binding`` (the tool's
-    binding digest) and ``allow`` — ``"bound"`` (a user allow honoured with its binding),
-    ``"rebind"`` (a user allow turned into ask: its recorded binding differs or is
-    missing) or ``"none"`` (no user allow of this tool decided)."""
 
 
 def action_digest(principal: Principal, tool: ToolDefinition, input_sha256: str) -> str:
@@ -522,7 +291,7 @@ def prepare(
         PolicyUnavailable: the engine failed or fences are missing, malformed or mixed.
         InputInvalid: the input fails the tool's schema (only after policy allowed it).
     """
-    req = _validate_envelope(request)
+    req = validate_envelope(request)
     reference = reference_time(now)
     expires = req.principal.expires_at
     if expires is not None and not expires > reference:  # written so that NaN counts as expired
@@ -584,96 +353,3 @@ def _granted(grants: GrantPort, req: CallRequest, tool: str, binding: str | None
     if isinstance(grants, BoundGrants):
         return binding is not None and grants.discharges_bound(req.principal.key, req.session, tool, binding)
     return grants.discharges(req.principal.key, req.session, tool)
-
-
-def reference_time(now: float | None) -> float:
-    """The one reference time of a check: ``time.time()`` or an injected, finite ``now``.
-
-    Raises:
-        ValueError: ``now`` is NaN, infinite or not a number (a NaN reference time would
-            make every expiry comparison false, so nothing would ever expire).
-    """
-    if now is None:
-        return time.time()
-    if not _is_finite(now):
-        raise ValueError("now must be a finite unix time")
-    return float(now)
-
-
-def approval_binds(plan: InvocationPlan, approval: Approval, reference: float) -> bool:
-    """Whether ``approval`` names ``plan``'s action, principal and session and is still
-    valid at ``reference`` (the MAC and single use are each backend's own check)."""
-    principal = plan.request.principal
-    ok = hmac.compare_digest(approval.action_digest, plan.action_digest)
-    ok &= (approval.project, approval.subject) == principal.key
-    ok &= approval.session == plan.request.session
-    ok &= approval.expires_at > reference
-    return ok
-
-
-def _is_finite(value: object) -> bool:
-    """A real number (not a bool) that is neither NaN nor infinite."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-class ApprovalAuthority:
-    """Issues and redeems single-use approvals bound to one action.
-
-    The MAC key is random per authority (per Host) and never leaves the process, so an
-    approval cannot be forged by whoever writes the call envelope, and approvals do not
-    survive a host restart.
-    """
-
-    __slots__ = ("_key", "_lock", "_used")
-
-    def __init__(self) -> None:
-        self._key = _random.token_bytes(32)
-        self._lock = threading.Lock()
-        self._used: dict[str, float] = {}
-
-    def issue(self, plan: InvocationPlan, *, ttl_s: float = 300.0, now: float | None = None) -> Approval:
-        """Approve ``plan`` for its principal and session, for ``ttl_s`` seconds.
-
-        Raises:
-            ValueError: ``ttl_s`` is not a positive, finite number, or ``now`` is not finite.
-        """
-        if not _is_finite(ttl_s) or ttl_s <= 0:
-            raise ValueError("ttl_s must be a positive, finite number of seconds")
-        reference = reference_time(now)
-        principal = plan.request.principal
-        fields = {
-            "action_digest": plan.action_digest,
-            "project": principal.project,
-            "subject": principal.subject,
-            "session": plan.request.session,
-            "expires_at": reference + ttl_s,
-            "nonce": _random.token_hex(16),
-        }
-        return Approval(**fields, mac=self._mac(fields))
-
-    def redeem(self, plan: InvocationPlan, approval: Approval, *, now: float | None = None) -> None:
-        """Check ``approval`` against ``plan`` and mark it used.
-
-        Raises:
-            ApprovalInvalid: forged, for another action, principal or session, expired,
-                or already used. One opaque error for every case.
-            ValueError: ``now`` is not finite (caller misuse).
-        """
-        reference = reference_time(now)
-        fields = approval.model_dump(exclude={"mac", "signature", "key_id"})
-        ok = approval.mac is not None and hmac.compare_digest(self._mac(fields), approval.mac)
-        ok &= approval_binds(plan, approval, reference)
-        with self._lock:
-            self._forget_expired(reference)
-            ok &= approval.nonce not in self._used
-            if not ok:
-                raise ApprovalInvalid("the approval is not valid for this action")
-            self._used[approval.nonce] = approval.expires_at
-
-    def _forget_expired(self, reference: float) -> None:
-        expired = [nonce for nonce, until in self._used.items() if until <= reference]
-        for nonce in expired:
-            del self._used[nonce]
-
-    def _mac(self, fields: Mapping[str, Any]) -> str:
-        return hmac.new(self._key, canonical_json(dict(fields)), hashlib.sha256).hexdigest()

@@ -1,6 +1,6 @@
 """The steps of opening a lock, private to the gateway (docs/design.md §4, §11).
 
-:meth:`host.gateway.Host.open` runs them in this order, each one only after the previous
+:meth:`host.call.host.Host.open` runs them in this order, each one only after the previous
 one succeeded:
 
 1. :func:`host.lock.load_lock` verifies the lock (digests, signatures, manifests);

@@ -1,10 +1,10 @@
 """The Host: the one entry point for a tool call (docs/design.md §6, §11).
 
 Nothing runs a guest except :meth:`Host.execute`, and nothing reaches it except through
-:func:`host.plan.prepare`. The pipeline, in order:
+:func:`host.call.prepare.prepare`. The pipeline, in order:
 
-1–6. :func:`host.plan.prepare` — envelope, registry, policy before input, tool policy,
-     input canonicalization, action digest, approval requirement;
+1–6. :func:`host.call.prepare.prepare` — envelope, registry, policy before input, tool
+     policy, input canonicalization, action digest, approval requirement;
 7.   rate limit per (principal, tool);
 8.   pre-flight secrets: every required secret must exist for the principal, or the call
      fails with CREDENTIAL_UNAVAILABLE and the guest never starts; values are staged for
@@ -19,8 +19,9 @@ Nothing runs a guest except :meth:`Host.execute`, and nothing reaches it except 
 Every refusal is returned as a :class:`CallResult` with a stable error code; :meth:`call`
 never raises for untrusted input. Host-app misuse (a closed host) raises RuntimeError.
 
-Details live in private modules: :mod:`host._opening` (opening a lock), :mod:`host._staging`
-(secrets, limits, egress of a call), :mod:`host._callrecords` (records, usage, refusals).
+The steps' details live beside this module in :mod:`host.call` (its docstring maps each
+step to its module): :mod:`host.call.open` (opening a lock), :mod:`host.call.stage`
+(secrets, limits, egress of a call), :mod:`host.call.records` (records, usage, refusals).
 
 Example::
 
@@ -45,11 +46,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from host._callrecords import (
+from host._files import UnsafePermissions, check_trusted
+from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
+from host.audit import AuditLog
+from host.call.open import Package, load_generation, local_store, verify_lock
+from host.call.prepare import prepare
+from host.call.records import (
     NO_REDACTION,
-    CallResult,
-    ErrorInfo,
-    Usage,
     approval_record,
     call_record,
     egress_cause,
@@ -60,11 +63,14 @@ from host._callrecords import (
     text,
     usage_of,
 )
-from host._files import UnsafePermissions, check_trusted
-from host._opening import Package, load_generation, local_store, verify_lock
-from host._staging import ReportingEgress, egress_session, limits_for, redactor_for, stage_package_secrets
-from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
-from host.audit import AuditLog
+from host.call.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
+from host.call.stage import (
+    ReportingEgress,
+    egress_session,
+    limits_for,
+    redactor_for,
+    stage_package_secrets,
+)
 from host.canonical import parse_json
 from host.config import HostConfig
 from host.egress.policy import Resolver, system_resolver
@@ -80,13 +86,11 @@ from host.errors import (
 )
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
-from host.plan import Approval, CallRequest, InvocationPlan, prepare
 from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from host.redact import Redactor
 from host.registry import FrozenRegistry, ToolDefinition
-from host.reload import CallGate, GenerationFollower, ReloadEvent, Reopener, between_swaps
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.runtime.models import SandboxUsage
 from host.schema import canonicalize
@@ -96,6 +100,7 @@ from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
 from host.tools import host_tools_for
 from host.tools.base import HostToolSet, stale
+from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
 
@@ -152,12 +157,12 @@ class Host:
         self._owns_store = owns_store
         self._transport_factory = transport_factory
         self._closed = threading.Event()
-        # Records a refusal or failure, then returns it (host._callrecords.refuse).
+        # Records a refusal or failure, then returns it (host.call.records.refuse).
         self._refused = functools.partial(refuse, store.audit, debug_guest_errors=config.debug_guest_errors)
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
         self._mcp = dict(mcp_sources or {})
         self._host_tools = host_tools  # host.tools: the fs.* tools when a workspace is granted
-        self._gate = CallGate()  # a generation swap (host.reload) happens between calls
+        self._gate = CallGate()  # a generation swap (host.call.reload) happens between calls
         self._reopen: Reopener | None = None
         self._follower: GenerationFollower | None = None
 
@@ -274,7 +279,7 @@ class Host:
         host._reopen = Reopener(Path(lock), {
             "config": config, "secrets": secrets, "policy": policy, "store": state, "tool_policy": tool_store,
             "resolver": resolver, "transport_factory": transport_factory,
-        })
+        }, cls.open)
         return host
 
     # -- the pipeline --------------------------------------------------------------------
@@ -643,7 +648,7 @@ class Host:
         self, *, poll_s: float = DEFAULT_POLL_S, on_reload: Callable[[ReloadEvent], None] | None = None
     ) -> GenerationFollower:
         """Reload in place whenever the store accepts a newer lock generation (opt-in;
-        :mod:`host.reload`): same lock path, every check of :meth:`open`, swapped between
+        :mod:`host.call.reload`): same lock path, every check of :meth:`open`, swapped between
         calls; a refused reload keeps this generation and is logged and audited. Stopped by
         :meth:`close`. Idempotent (the first call's arguments stay)."""
         self._check_open()

@@ -53,9 +53,9 @@ from host.errors import StockadeError
 from host.store.watch import DEFAULT_POLL_S, GenerationWatcher
 
 if TYPE_CHECKING:
-    from host.gateway import Host
+    from host.store.port import StateStore
 
-__all__ = ["CallGate", "GenerationFollower", "ReloadEvent", "Reopener", "between_swaps"]
+__all__ = ["CallGate", "Followed", "GenerationFollower", "ReloadEvent", "Reopener", "between_swaps"]
 
 _log = logging.getLogger("stockade.reload")
 
@@ -129,17 +129,44 @@ def between_swaps(method: Callable[Concatenate[_G, _P], _R]) -> Callable[Concate
     return gated
 
 
+class Followed(Protocol):
+    """What the follower reads and calls of the Host it reloads (:class:`host.Host`).
+
+    This module sits below the Host in the pipeline (:mod:`host.call`), so it names the
+    Host by what it uses, and :class:`Reopener` receives ``Host.open`` as a callable.
+    """
+
+    @property
+    def generation(self) -> int:
+        """The lock generation the Host runs."""
+        ...
+
+    @property
+    def store(self) -> StateStore:
+        """The state store whose accepted generation is followed."""
+        ...
+
+    def _adopt(self, fresh: Any) -> bool:
+        """Swap in ``fresh``'s generation between calls; False once the Host is closed."""
+        ...
+
+
 @dataclass(frozen=True)
 class Reopener:
-    """Opens the lock again with the arguments a Host was opened with (store not owned)."""
+    """Opens the lock again with the arguments a Host was opened with (store not owned).
+
+    Args:
+        lock: the lock path the Host was opened from.
+        options: the keyword arguments it was opened with.
+        opener: opens a Host (``Host.open``).
+    """
 
     lock: Path
     options: Mapping[str, Any]
+    opener: Callable[..., Followed]
 
-    def __call__(self) -> Host:
-        from host.gateway import Host  # noqa: PLC0415 - gateway imports this module
-
-        return Host.open(self.lock, **self.options)
+    def __call__(self) -> Followed:
+        return self.opener(self.lock, **self.options)
 
     def fingerprint(self) -> tuple[int, int, int] | None:
         """(mtime, size, inode) of the lock file: a changed file is worth another attempt."""
@@ -182,7 +209,7 @@ class GenerationFollower:
 
     def __init__(
         self,
-        host: Host,
+        host: Followed,
         reopen: Reopener,
         *,
         poll_s: float = DEFAULT_POLL_S,
