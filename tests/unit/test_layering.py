@@ -12,6 +12,7 @@ from pathlib import Path
 
 import host
 import sdk
+import sdk.harness
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +34,21 @@ HOST_ALL = [
     "Usage",
 ]
 SDK_ALL: list[str] = []
+HARNESS_ALL = [
+    "PROJECT",
+    "SCRIPTED_ADDRESS",
+    "SESSION",
+    "SUBJECT",
+    "Harness",
+    "RecordedRequest",
+    "Response",
+    "Route",
+    "UnscriptedRequest",
+    "default_harness_cache",
+    "placeholder",
+    "route",
+]
+"""``sdk.harness`` is imported by every scaffolded project's tests: its names are an API."""
 
 
 def imported_modules(source: str, package: str) -> set[str]:
@@ -111,3 +127,8 @@ def test_host_public_names_are_pinned() -> None:
 
 def test_sdk_public_names_are_pinned() -> None:
     assert sdk.__all__ == SDK_ALL
+
+
+def test_harness_public_names_are_pinned() -> None:
+    assert sdk.harness.__all__ == HARNESS_ALL
+    assert all(hasattr(sdk.harness, name) for name in HARNESS_ALL)
