@@ -139,6 +139,17 @@ def test_request_outside_allowlist_refused(
     assert caught.value.reason == reason
 
 
+@pytest.mark.parametrize("host", ["evilexample.com", "evil-example.com", "xexample.com"])
+def test_wildcard_needs_its_dot_evilexample_com_refused(host: str) -> None:
+    # '*.example.com' is one label *and a dot* below example.com: a host that merely ends
+    # in 'example.com' is another registrable domain.
+    policy = EgressPolicy.from_allow([_entry("https", "*.example.com", None, "/", ["GET"])])
+    assert policy.check("GET", "https://api.example.com/").host == "api.example.com"
+    with pytest.raises(EgressDenied) as caught:
+        policy.check("GET", f"https://{host}/")
+    assert caught.value.reason == "host_not_allowed"
+
+
 def test_empty_allowlist_denies_everything() -> None:
     empty = EgressPolicy.from_allow([])
     for url in ("https://api.example.com/", "https://93.184.216.34/", "http://a.example/"):

@@ -56,6 +56,14 @@ def test_host_rules_match_allowlist_rules(pattern: str, url: str, matches: bool)
     assert bool(router.match(normalize_url(url))) is matches
 
 
+@pytest.mark.parametrize("host", ["evilexample.com", "evil-example.com", "xexample.com"])
+def test_wildcard_credential_needs_its_dot_evilexample_com_gets_nothing(host: str) -> None:
+    router = CredentialRouter([_mapping("tok", BEARER, ["*.example.com"])])
+    assert _secrets(router.match(normalize_url("https://api.example.com/"))) == ["tok"]
+    assert router.match(normalize_url(f"https://{host}/")) == ()
+    assert router.match(normalize_url(f"https://api.{host}/")) == ()
+
+
 @pytest.mark.parametrize(
     ("prefix", "path", "matches"),
     [
