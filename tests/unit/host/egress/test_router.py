@@ -194,9 +194,10 @@ def test_apply_injections_appends_query_and_headers() -> None:
     [
         ("https://api.example.com/?api_key=guest", []),
         ("https://api.example.com/?api%5Fkey=guest", []),
+        ("https://api.example.com/?api_key=guest==", []),
         ("https://api.example.com/", [("authorization", "x")]),
     ],
-    ids=["query-present", "query-present-encoded", "header-present"],
+    ids=["query-present", "query-present-encoded", "query-present-equals-in-value", "header-present"],
 )
 def test_apply_injections_refuses_guest_copy_of_host_location(url: str, headers: list) -> None:
     router = CredentialRouter([
