@@ -161,7 +161,7 @@ def test_non_canonical_base64_public_key_refused(spelling: str) -> None:
     other = _non_canonical(canonical)[spelling]
     assert base64.b64decode(other + "=" * (-len(other) % 4)) == public
     document = {"format": "stockade.keys/1", "keys": [{"key_id": key_id_for(public), "public_key": other}]}
-    with pytest.raises(LockInvalid, match="keys.0.public_key") as caught:
+    with pytest.raises(LockInvalid, match=r"keys\.0\.public_key") as caught:
         TrustedKeys.from_json(json.dumps(document).encode())
     assert "base64" in caught.value.message
     document["keys"][0]["public_key"] = canonical
