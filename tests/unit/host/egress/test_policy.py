@@ -83,6 +83,7 @@ ALLOWED: list[tuple[str, str, str, str]] = [
         "https://api.example.com/v1/a/c",
     ),
     ("wildcard-one-label", "GET", "https://img.cdn.example/a.png", "https://img.cdn.example/a.png"),
+    ("wildcard-one-letter-label", "GET", "https://i.cdn.example/a.png", "https://i.cdn.example/a.png"),
     ("http-where-entry-says-http", "GET", "http://legacy.example:8080/api/x", "http://legacy.example:8080/api/x"),
     ("ip-literal-listed", "GET", "https://93.184.216.34/ip/x", "https://93.184.216.34/ip/x"),
     ("second-entry-same-host", "DELETE", "https://api.example.com:8443/admin/1", "https://api.example.com:8443/admin/1"),
