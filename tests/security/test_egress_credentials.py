@@ -152,6 +152,16 @@ def test_guest_query_credential_refused(api: LoopbackServer, query: str) -> None
     assert api.requests == []
 
 
+@pytest.mark.parametrize("query", ["sig=abc==", "key=a=b", "page=1&sig=abc=="])
+def test_guest_query_credential_with_equals_in_its_value_refused(api: LoopbackServer, query: str) -> None:
+    # The name ends at the first '='; '==' padding or '=' in the value does not rename it.
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url(f"/v1/echo?{query}", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert session.usage.requests[-1].outcome == "denied:credential_query"
+    assert api.requests == []
+
+
 def test_ordinary_query_parameters_pass(api: LoopbackServer) -> None:
     with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
         result = session.send(get(api.url("/v1/echo?author=bob&page=2&sort=keyword", host=API)))
@@ -342,6 +352,16 @@ def test_guest_query_param_in_another_spelling_of_injected_param_refused(
     with make_session(allow=[allow(API, api.port)], credentials=creds, staged={"appid": "real-app-id-0123"},
                       resolver=_resolver()) as session:
         result = session.send(get(api.url(f"/v1/echo?{query}", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert session.usage.requests[0].outcome == "denied:credential_conflict"
+    assert api.requests == []
+
+
+def test_guest_copy_of_injected_param_with_equals_in_its_value_refused(api: LoopbackServer) -> None:
+    creds = [mapping("appid", {"type": "query", "name": "appid"}, [_host(api)])]
+    with make_session(allow=[allow(API, api.port)], credentials=creds, staged={"appid": "real-app-id-0123"},
+                      resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/echo?appid=attacker=1", host=API)))
     assert isinstance(result, HttpFailure) and result.kind == "denied"
     assert session.usage.requests[0].outcome == "denied:credential_conflict"
     assert api.requests == []

@@ -335,6 +335,19 @@ def test_open_redirect_cannot_deliver_credential_query_params(servers: ServerSet
     assert [r.path for r in api.requests] == ["/v1/open"]
 
 
+@pytest.mark.parametrize("query", ["sig=abc==", "key=a=b", "page=1&sig=abc=="])
+def test_open_redirect_cannot_deliver_credential_with_equals_in_its_value(servers: ServerSet, query: str) -> None:
+    # A redirect hop's query is read like a guest's: the name ends at the first '='.
+    api = servers.new()
+    api.route("/v1/open", redirect(f"/v1/echo?{query}"))
+    api.route("/v1/echo", echo())
+    with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:
+        result = session.send(get(api.url("/v1/open", host=API)))
+    assert isinstance(result, HttpFailure) and result.kind == "denied"
+    assert session.usage.requests[-1].outcome == "denied:credential_query"
+    assert [r.path for r in api.requests] == ["/v1/open"]
+
+
 def test_malformed_location_reaches_a_real_guest_as_http_error_not_trap(
     servers: ServerSet, tmp_path: Path
 ) -> None:

@@ -119,6 +119,55 @@ def test_signature_round_trip_and_domain() -> None:
             keys.verify(*swapped, signature=signature, key_id=key_id)
 
 
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _trailing_bit_set(canonical: str) -> str:
+    """The same bytes in a non-canonical spelling: a low, unused bit of the last character set."""
+    body = canonical.rstrip("=")
+    last = _B64.index(body[-1])
+    assert last & 1 == 0  # 64 and 32 bytes leave 4 and 2 unused bits: the lowest one is free
+    return body[:-1] + _B64[last | 1] + canonical[len(body):]
+
+
+def _non_canonical(canonical: str) -> dict[str, str]:
+    return {"trailing-bits-set": _trailing_bit_set(canonical), "padding-missing": canonical.rstrip("=")}
+
+
+@pytest.mark.parametrize("spelling", ["trailing-bits-set", "padding-missing"])
+def test_non_canonical_base64_signature_refused(spelling: str) -> None:
+    # A second spelling of the same 64 bytes would verify; only the canonical one may.
+    private, public = generate_keypair()
+    signature, key_id = sign_package(private, "tracker", "1.2.0", SHA, SHA)
+    other = _non_canonical(signature)[spelling]
+    assert other != signature
+    assert base64.b64decode(other + "=" * (-len(other) % 4)) == base64.b64decode(signature)
+    keys = TrustedKeys({key_id: public})
+    keys.verify("tracker", "1.2.0", SHA, SHA, signature=signature, key_id=key_id)
+    with pytest.raises(SignatureInvalid, match="does not verify"):
+        keys.verify("tracker", "1.2.0", SHA, SHA, signature=other, key_id=key_id)
+    with pytest.raises(SignatureInvalid, match="does not verify"):
+        keys.verify_statement(statement_for("tracker", "1.2.0", SHA, SHA), signature=other, key_id=key_id,
+                              what="a pin")
+    with pytest.raises(LockInvalid) as caught:
+        PackageLock.from_json(lock_bytes([entry(signature=other, key_id=key_id)]))
+    assert "packages.0.signature" in [p["loc"] for p in caught.value.details["problems"]]
+
+
+@pytest.mark.parametrize("spelling", ["trailing-bits-set", "padding-missing"])
+def test_non_canonical_base64_public_key_refused(spelling: str) -> None:
+    _, public = generate_keypair()
+    canonical = base64.b64encode(public).decode()
+    other = _non_canonical(canonical)[spelling]
+    assert base64.b64decode(other + "=" * (-len(other) % 4)) == public
+    document = {"format": "stockade.keys/1", "keys": [{"key_id": key_id_for(public), "public_key": other}]}
+    with pytest.raises(LockInvalid, match=r"keys\.0\.public_key") as caught:
+        TrustedKeys.from_json(json.dumps(document).encode())
+    assert "base64" in caught.value.message
+    document["keys"][0]["public_key"] = canonical
+    assert key_id_for(public) in TrustedKeys.from_json(json.dumps(document).encode())
+
+
 def test_raw_private_key_accepted_by_signer() -> None:
     private_pem, _ = generate_keypair()
     key = load_private_key(private_pem)

@@ -125,6 +125,17 @@ def test_query_separators_and_bare_names(query: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "query", ["sig=abc==", "key=a=b", "page=2&sig=abc==", "auth=x=y", "a=1;key=a=b"]
+)
+def test_query_name_ends_at_first_equals_sig_abc_padding_refused(query: str) -> None:
+    # The name is everything before the FIRST '=': a base64 value ending in '==' or a
+    # value holding '=' must not make the name 'sig=abc=' or 'key=a'.
+    with pytest.raises(EgressDenied, match="looks like a credential") as info:
+        check_query(query)
+    assert info.value.reason == "credential_query"
+
+
+@pytest.mark.parametrize(
     "method", ["GET", "POST", "PATCH", "PROPFIND"], ids=str
 )
 def test_method_token_accepted(method: str) -> None:

@@ -83,6 +83,7 @@ ALLOWED: list[tuple[str, str, str, str]] = [
         "https://api.example.com/v1/a/c",
     ),
     ("wildcard-one-label", "GET", "https://img.cdn.example/a.png", "https://img.cdn.example/a.png"),
+    ("wildcard-one-letter-label", "GET", "https://i.cdn.example/a.png", "https://i.cdn.example/a.png"),
     ("http-where-entry-says-http", "GET", "http://legacy.example:8080/api/x", "http://legacy.example:8080/api/x"),
     ("ip-literal-listed", "GET", "https://93.184.216.34/ip/x", "https://93.184.216.34/ip/x"),
     ("second-entry-same-host", "DELETE", "https://api.example.com:8443/admin/1", "https://api.example.com:8443/admin/1"),
@@ -137,6 +138,17 @@ def test_request_outside_allowlist_refused(
     with pytest.raises(EgressDenied) as caught:
         policy.check(method, url)
     assert caught.value.reason == reason
+
+
+@pytest.mark.parametrize("host", ["evilexample.com", "evil-example.com", "xexample.com"])
+def test_wildcard_needs_its_dot_evilexample_com_refused(host: str) -> None:
+    # '*.example.com' is one label *and a dot* below example.com: a host that merely ends
+    # in 'example.com' is another registrable domain.
+    policy = EgressPolicy.from_allow([_entry("https", "*.example.com", None, "/", ["GET"])])
+    assert policy.check("GET", "https://api.example.com/").host == "api.example.com"
+    with pytest.raises(EgressDenied) as caught:
+        policy.check("GET", f"https://{host}/")
+    assert caught.value.reason == "host_not_allowed"
 
 
 def test_empty_allowlist_denies_everything() -> None:

@@ -42,6 +42,7 @@ def _secrets(route_order: tuple[Route, ...]) -> list[str]:
         ("http://api.example.com", "http://api.example.com/x", True),
         ("http://api.example.com", "https://api.example.com/x", False),
         ("*.example.com", "https://api.example.com/x", True),
+        ("*.example.com", "https://a.example.com/x", True),
         ("*.example.com", "https://example.com/x", False),
         ("*.example.com", "https://a.b.example.com/x", False),
         ("*.example.com", "https://api.example.com.evil.net/x", False),
@@ -54,6 +55,14 @@ def _secrets(route_order: tuple[Route, ...]) -> list[str]:
 def test_host_rules_match_allowlist_rules(pattern: str, url: str, matches: bool) -> None:
     router = CredentialRouter([_mapping("tok", BEARER, [pattern])])
     assert bool(router.match(normalize_url(url))) is matches
+
+
+@pytest.mark.parametrize("host", ["evilexample.com", "evil-example.com", "xexample.com"])
+def test_wildcard_credential_needs_its_dot_evilexample_com_gets_nothing(host: str) -> None:
+    router = CredentialRouter([_mapping("tok", BEARER, ["*.example.com"])])
+    assert _secrets(router.match(normalize_url("https://api.example.com/"))) == ["tok"]
+    assert router.match(normalize_url(f"https://{host}/")) == ()
+    assert router.match(normalize_url(f"https://api.{host}/")) == ()
 
 
 @pytest.mark.parametrize(
@@ -158,6 +167,25 @@ def test_required_missing_secret_fails_closed_optional_skipped() -> None:
     assert [i.secret for i in router.inject(routes, {"req": SecretValue("r" * 12)})] == ["req"]
 
 
+@pytest.mark.parametrize(
+    "location",
+    [BEARER, {"type": "basic", "username": "bot"}, {"type": "header", "name": "X-Opt", "prefix": ""},
+     {"type": "query", "name": "opt_id"}],
+    ids=["bearer", "basic", "header", "query"],
+)
+def test_optional_secret_not_staged_is_skipped_not_failing_the_request(location: dict) -> None:
+    router = CredentialRouter([
+        _mapping("opt", location, ["api.example.com"], optional=True),
+        _mapping("req", {"type": "header", "name": "X-Req", "prefix": ""}, ["api.example.com"]),
+    ])
+    routes = router.match(normalize_url("https://api.example.com/"))
+    assert _secrets(routes) == ["opt", "req"]
+    injections = router.inject(routes, {"req": SecretValue("r" * 12)})
+    assert [(i.secret, i.name, i.value) for i in injections] == [("req", "X-Req", "r" * 12)]
+    both = router.inject(routes, {"opt": SecretValue("o" * 12), "req": SecretValue("r" * 12)})
+    assert [i.secret for i in both] == ["opt", "req"]
+
+
 @pytest.mark.parametrize("value", ["a\r\nX: 1", "a\nb", "\x00abc", "caf\u00e9-secret", "", " padded "])
 def test_secret_unfit_for_a_header_is_unavailable(value: str) -> None:
     router = CredentialRouter([_mapping("tok", BEARER, ["api.example.com"])])
@@ -181,14 +209,34 @@ def test_apply_injections_appends_query_and_headers() -> None:
     assert apply_injections(bare, [], ()) == ("https://api.example.com/v1/x", [])
 
 
+def test_every_header_credential_is_sent_not_only_the_first() -> None:
+    router = CredentialRouter([
+        _mapping("tok", BEARER, ["api.example.com"]),
+        _mapping("key", {"type": "header", "name": "X-Key", "prefix": ""}, ["api.example.com"]),
+        _mapping("team", {"type": "header", "name": "X-Team", "prefix": "T "}, ["api.example.com"]),
+        _mapping("app", {"type": "query", "name": "appid"}, ["api.example.com"]),
+    ])
+    url = normalize_url("https://api.example.com/v1?page=2")
+    staged = {name: SecretValue(f"{name}-value-123") for name in ("tok", "key", "team", "app")}
+    sent_url, headers = apply_injections(url, [("Accept", "*/*")], router.inject(router.match(url), staged))
+    assert headers == [
+        ("Accept", "*/*"),
+        ("Authorization", "Bearer tok-value-123"),
+        ("X-Key", "key-value-123"),
+        ("X-Team", "T team-value-123"),
+    ]
+    assert sent_url == "https://api.example.com/v1?page=2&appid=app-value-123"
+
+
 @pytest.mark.parametrize(
     ("url", "headers"),
     [
         ("https://api.example.com/?api_key=guest", []),
         ("https://api.example.com/?api%5Fkey=guest", []),
+        ("https://api.example.com/?api_key=guest==", []),
         ("https://api.example.com/", [("authorization", "x")]),
     ],
-    ids=["query-present", "query-present-encoded", "header-present"],
+    ids=["query-present", "query-present-encoded", "query-present-equals-in-value", "header-present"],
 )
 def test_apply_injections_refuses_guest_copy_of_host_location(url: str, headers: list) -> None:
     router = CredentialRouter([

@@ -205,9 +205,12 @@ def test_bad_host_pattern_refused_never_widened(case_id: str, text: str, message
 
 MATCHES: list[tuple[str, str, str, bool]] = [
     ("wildcard-one-label", "*.example.com", "https://api.example.com/", True),
+    ("wildcard-one-letter-label", "*.example.com", "https://a.example.com/", True),
     ("wildcard-never-apex", "*.example.com", "https://example.com/", False),
     ("wildcard-not-two-labels", "*.example.com", "https://a.b.example.com/", False),
     ("wildcard-label-boundary", "*.example.com", "https://aexample.com/", False),
+    ("wildcard-needs-its-dot", "*.example.com", "https://evilexample.com/", False),
+    ("wildcard-needs-its-dot-hyphen", "*.example.com", "https://evil-example.com/", False),
     ("wildcard-suffix-attack", "*.example.com", "https://api.example.com.evil.example/", False),
     ("wildcard-scheme-differs", "*.example.com", "http://api.example.com/", False),
     ("wildcard-port-differs", "*.example.com", "https://api.example.com:8443/", False),
