@@ -403,3 +403,17 @@ def test_checkpoint_turned_into_a_plain_record_is_no_longer_counted(signed: tupl
     assert report.ok and not report.closed
     assert (report.checkpoints, report.last_checkpoint, report.unsigned_tail) == (2, 12, 3)
 
+
+@pytest.mark.parametrize("seq", CHECKPOINT_POSITIONS, ids=["first", "middle", "last-close"])
+@pytest.mark.parametrize("delta", [-1, 1, 100], ids=["one-less", "one-more", "far"])
+def test_keyless_verify_refuses_a_checkpoint_count_off_its_place(
+    signed: tuple[Path, dict], seq: int, delta: int
+) -> None:
+    path, _ = signed
+    records = records_of(path)
+    assert records[seq - 1]["count"] == seq - 1
+    rewrite(path, tamper(records, seq, "count", seq - 1 + delta))
+    report = verify(path)  # no key: the count is checked against the chain itself
+    assert (report.ok, report.first_broken, report.records) == (False, seq, seq - 1)
+    assert report.reason == "checkpoint head or count does not match its place in the chain"
+    assert not report.keys_checked
