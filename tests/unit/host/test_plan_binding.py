@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from host import Principal
-from host.errors import ApprovalInvalid, PolicyDenied
+from host.errors import ApprovalInvalid
 from host.manifest import PackageManifest
 from host.plan import ApprovalAuthority, CallRequest, InvocationPlan, approval_binds, prepare
 from host.policy.engine import FilePolicyEngine
