@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from host import Principal
-from host.errors import ApprovalInvalid
+from host.errors import ApprovalInvalid, PolicyDenied
 from host.manifest import PackageManifest
 from host.plan import ApprovalAuthority, CallRequest, InvocationPlan, approval_binds, prepare
 from host.policy.engine import FilePolicyEngine
@@ -110,3 +110,50 @@ def test_approval_binds_is_false_at_exactly_the_expiry_and_true_a_microsecond_be
     assert approval_binds(plan, approval, expiry - MICROSECOND) is True
     assert approval_binds(plan, approval, expiry) is False
     assert approval_binds(plan, approval, expiry + MICROSECOND) is False
+
+
+# -- item 9: every declared permission is checked, and an approval holds in its session only ----
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [["issues.read"], ["issues.labels"], DECLARED],
+    ids=["first-declared", "last-declared", "every-declared"],
+)
+def test_principal_lacking_a_declared_permission_is_denied_although_the_tool_call_is_granted(
+    world: World, missing: list[str]
+) -> None:
+    world.allow(f"tool.call:{TOOL}", *(p for p in DECLARED if p not in missing))
+    with pytest.raises(PolicyDenied) as denied:
+        world.prepare()
+    assert denied.value.code == "POLICY_DENIED"
+    assert denied.value.details["permissions"] == missing
+    assert denied.value.details["permission"] == missing[0]
+    world.allow(f"tool.call:{TOOL}", *DECLARED)
+    assert world.prepare().status == "ready"  # the same call, with everything granted
+
+
+def test_tool_call_permission_alone_is_checked_too(world: World) -> None:
+    world.allow(*DECLARED)
+    with pytest.raises(PolicyDenied) as denied:
+        world.prepare()
+    assert denied.value.details["permissions"] == [f"tool.call:{TOOL}"]
+
+
+def test_authority_refuses_an_approval_issued_for_another_session(world: World) -> None:
+    authority = ApprovalAuthority()
+    plan_a, plan_b = world.prepare("session-a"), world.prepare("session-b")
+    assert plan_a.action_digest == plan_b.action_digest  # the digest does not bind the session
+    approval = authority.issue(plan_a, now=NOW)
+    assert approval.session == "session-a"
+    with pytest.raises(ApprovalInvalid) as refused:
+        authority.redeem(plan_b, approval, now=NOW + 1)
+    assert refused.value.code == "APPROVAL_INVALID"
+    authority.redeem(plan_a, approval, now=NOW + 1)  # valid in its own session, once
+
+
+def test_approval_binds_is_false_for_another_session(world: World) -> None:
+    plan_a, plan_b = world.prepare("session-a"), world.prepare("session-b")
+    approval = ApprovalAuthority().issue(plan_a, now=NOW)
+    assert approval_binds(plan_a, approval, NOW + 1) is True
+    assert approval_binds(plan_b, approval, NOW + 1) is False
