@@ -273,7 +273,7 @@ def test_caller_cannot_append_a_checkpoint(tmp_path: Path) -> None:
         audit.append(CHECKPOINT_KIND, {"statement": "stockade/audit-checkpoint@1"})
 
 
-# -- issue 35 items 4 and 7: every field of a checkpoint is bound ----------------------------
+# -- every field of a checkpoint is bound, with and without the key --------------------------
 
 CHECKPOINT_POSITIONS = [6, 12, 15]  # after record 5 and 11 ("records"), and the close one
 DAY_MS = 86_400_000

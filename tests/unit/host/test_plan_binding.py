@@ -3,7 +3,7 @@
 Plans are built by :func:`host.plan.prepare` itself over a real :class:`FrozenRegistry`,
 a real :class:`FilePolicyEngine` file, a real :class:`ToolPolicyStore` and
 :class:`SessionGrants` (no Host, no guest): each test pins one comparison whose mutation
-would otherwise survive the suite (issue 35).
+would otherwise survive the suite.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_the_plan_under_test_is_ready_with_every_permission_granted(world: World
     assert plan.preview.permissions == (f"tool.call:{TOOL}", *DECLARED)
 
 
-# -- item 6: an approval is refused at exactly its expiry instant --------------------------------
+# -- an approval is refused at exactly its expiry instant --------------------------------
 
 
 def test_authority_refuses_an_approval_at_exactly_its_expiry_and_accepts_it_a_microsecond_before(
@@ -112,7 +112,7 @@ def test_approval_binds_is_false_at_exactly_the_expiry_and_true_a_microsecond_be
     assert approval_binds(plan, approval, expiry + MICROSECOND) is False
 
 
-# -- item 9: every declared permission is checked, and an approval holds in its session only ----
+# -- every declared permission is checked, and an approval holds in its session only ----
 
 
 @pytest.mark.parametrize(

@@ -459,7 +459,7 @@ def test_texts_type_checked_and_empty_fast_path() -> None:
     assert Redactor([]).texts(["a", "b"]) == ["a", "b"]
 
 
-# -- issue 35.2: offsets survive length-changing characters before a case-insensitive form ----
+# -- offsets survive length-changing characters before a case-insensitive form ----
 
 # Each of these changes length under str.lower() ("İ" -> "i̇") or str.casefold() ("ß" -> "ss",
 # "ẞ" -> "ss", "ﬁ" -> "fi", "ΐ" -> three characters): a search in a folded view whose offsets
