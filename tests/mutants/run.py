@@ -10,7 +10,7 @@ Usage, from the repository root with the dev environment's Python::
     python tests/mutants/run.py                      # every mutant; a table at the end
     python tests/mutants/run.py --module host/plan.py
     python tests/mutants/run.py --mutant 6-approval-expiry-inclusive
-    python tests/mutants/run.py --list               # the table, and whether each snippet is still found
+    python tests/mutants/run.py --list               # the table; is each snippet still found, does it compile
     python tests/mutants/run.py --json               # results as JSON on stdout
 
 How it runs: the checkout is copied once to a temporary directory (without ``.git``,
@@ -50,6 +50,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -265,11 +266,20 @@ def _pytest(root: Path, tests: Sequence[str], timeout: float) -> tuple[str, floa
     return status, seconds, last
 
 
-def _count(mutant: Mutant, root: Path) -> int:
+def _check(mutant: Mutant, root: Path) -> str:
+    """"ok" when the snippet occurs once in its module and the mutant compiles, else why not."""
     try:
-        return (root / mutant.module).read_text(encoding="utf-8").count(mutant.snippet)
+        text = (root / mutant.module).read_text(encoding="utf-8")
     except OSError:
-        return 0
+        return "no module"
+    found = text.count(mutant.snippet)
+    if found != 1:
+        return f"found {found}x"
+    try:
+        compile(text.replace(mutant.snippet, mutant.replacement), mutant.module, "exec")
+    except SyntaxError:
+        return "no compile"
+    return "ok"
 
 
 @contextmanager
@@ -312,7 +322,7 @@ def _run_one(mutant: Mutant, root: Path, timeout: float) -> Result:
 
 def _select(modules: Sequence[str], ids: Sequence[str]) -> list[Mutant]:
     if len({m.id for m in MUTANTS}) != len(MUTANTS):
-        raise SystemExit("error: two mutants share an id")
+        _usage("two mutants share an id")
     wanted_modules = {_module_path(name) for name in modules}
     chosen = [
         m for m in MUTANTS
@@ -320,10 +330,15 @@ def _select(modules: Sequence[str], ids: Sequence[str]) -> list[Mutant]:
     ]
     unknown = sorted(set(ids) - {m.id for m in MUTANTS})
     if unknown:
-        raise SystemExit(f"error: unknown mutant {', '.join(unknown)} (see --list)")
+        _usage(f"unknown mutant {', '.join(unknown)} (see --list)")
     if not chosen:
-        raise SystemExit("error: no mutant matches (see --list)")
+        _usage("no mutant matches (see --list)")
     return chosen
+
+
+def _usage(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _module_path(name: str) -> str:
@@ -389,18 +404,18 @@ def _print_results(results: Sequence[Result], summary: dict[str, object]) -> Non
 
 
 def _list(mutants: Sequence[Mutant], as_json: bool) -> int:
-    rows = [{**asdict(m), "tests": list(m.tests), "found": _count(m, REPO)} for m in mutants]
+    rows = [{**asdict(m), "tests": list(m.tests), "check": _check(m, REPO)} for m in mutants]
     if as_json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         width = max(len(m.id) for m in mutants)
         print(f"{'mutant':<{width}}  item  {'module':<24}  {'snippet':<10}  tests")
         for row, m in zip(rows, mutants, strict=True):
-            state = "equivalent" if m.equivalent else "ok" if row["found"] == 1 else f"found {row['found']}x"
+            state = "equivalent" if m.equivalent and row["check"] == "ok" else row["check"]
             print(f"{m.id:<{width}}  {m.item:>4}  {m.module:<24}  {state:<10}  {' '.join(m.tests)}")
             if m.note:
                 print(f"{'':<{width}}        {m.note}")
-    return 0 if all(row["found"] == 1 for row in rows) else 1
+    return 0 if all(row["check"] == "ok" for row in rows) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
