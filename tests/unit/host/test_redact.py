@@ -508,7 +508,14 @@ def _encodings(secret: str) -> dict[str, tuple[str, bool]]:
         "base64-urlsafe-unpadded": (_b64url(secret).rstrip("="), False),
         "basic-auth-empty-username": (_b64(f":{secret}"), False),
         "basic-auth-username": (_b64(f"{USER}:{secret}"), False),
+        # MIME-style wrapping: searched in a view without CR/LF, another length change.
+        "base64-wrapped-lf": ("\n".join(_b64(secret)[i : i + 8] for i in range(0, len(_b64(secret)), 8)), False),
+        "base64-wrapped-crlf": ("\r\n".join(_b64url(secret)[i : i + 5] for i in range(0, len(_b64url(secret)), 5)),
+                                False),
     }
+    if secret.isascii():  # UTF-16 read as Latin-1 text is only searched for ASCII values
+        for codec in ("utf-16-le", "utf-16-be"):
+            forms[f"{codec}-as-latin-1"] = (secret.encode(codec).decode("latin-1"), False)
     return forms
 
 
@@ -552,8 +559,12 @@ def test_fold_fillers_change_length_under_lower_or_casefold() -> None:
     assert all(form.isascii() for form, insensitive in _encodings(FOLD_SECRETS[1]).values() if insensitive)
 
 
-@pytest.mark.parametrize("secret", FOLD_SECRETS, ids=["ascii", "non-ascii"])
-@pytest.mark.parametrize("name", list(_encodings(FOLD_SECRETS[0])))
+FOLD_CASES = [(secret, name) for secret in FOLD_SECRETS for name in _encodings(secret)]
+
+
+@pytest.mark.parametrize(
+    ("secret", "name"), FOLD_CASES, ids=[f"{name}-{'ascii' if s.isascii() else 'non-ascii'}" for s, name in FOLD_CASES]
+)
 def test_form_after_length_changing_characters_is_redacted_exactly(secret: str, name: str) -> None:
     redactor = Redactor([secret], basic_usernames=[USER])
     form, _ = _encodings(secret)[name]
