@@ -12,6 +12,7 @@ import pytest
 from host.audit import CHECKPOINT_KIND, AuditLog, checkpoint_statement, verify
 from host.auditkey import PUBLIC_KEY_FILE, AuditKey, load_public_keys
 from host.canonical import canonical_json
+from tests.support.cli import json_out, run_cli
 
 N = 6
 POSITIONS = list(range(1, N + 1))
@@ -270,3 +271,149 @@ def test_checkpoint_statement_is_domain_tagged() -> None:
 def test_caller_cannot_append_a_checkpoint(tmp_path: Path) -> None:
     with AuditLog(tmp_path / "audit.log") as audit, pytest.raises(ValueError, match="written by the log"):
         audit.append(CHECKPOINT_KIND, {"statement": "stockade/audit-checkpoint@1"})
+
+
+# -- every field of a checkpoint is bound, with and without the key --------------------------
+
+CHECKPOINT_POSITIONS = [6, 12, 15]  # after record 5 and 11 ("records"), and the close one
+DAY_MS = 86_400_000
+
+
+def tamper(records: list[dict], seq: int, field: str, value: object) -> list[bytes]:
+    """Set ``field`` of record ``seq`` to ``value`` and re-hash the chain from there on:
+    the record is resealed (unless the edited field is its hash) and every later record
+    is re-linked and resealed (a later checkpoint's head too), so the unkeyed chain is
+    intact wherever the record itself is well-formed."""
+    out = [canonical_json(record) + b"\n" for record in records[: seq - 1]]
+    target = {**records[seq - 1], field: value}
+    if field == "hash":
+        line = canonical_json(target) + b"\n"
+    else:
+        line = reseal({k: v for k, v in target.items() if k != "hash"})
+    out.append(line)
+    prev = json.loads(line)["hash"]
+    for record in records[seq:]:
+        relinked = {**{k: v for k, v in record.items() if k != "hash"}, "prev": prev}
+        if relinked["kind"] == CHECKPOINT_KIND:
+            relinked["head"] = prev  # (its signature still covers the old head)
+        line = reseal(relinked)
+        prev = json.loads(line)["hash"]
+        out.append(line)
+    return out
+
+
+def _other_signature(record: dict, tmp_path: Path) -> str:
+    """A valid Ed25519 signature by the log's own key, over another statement."""
+    key = AuditKey.load_or_create(tmp_path)
+    statement = checkpoint_statement(
+        head=record["head"], count=record["count"], time=record["time"] + 1, key_id=record["key_id"],
+        reason=record["reason"],
+    )
+    return base64.b64encode(key.sign(statement)).decode()
+
+
+def _other_reason(record: dict) -> str:
+    return "interval" if record["reason"] != "interval" else "records"
+
+
+# field -> (new value from the record, what the keyed report says, detected without a key)
+CHECKPOINT_FIELDS: dict[str, tuple] = {
+    "seq": (lambda r, _: r["seq"] + 1, "where", True),
+    "time": (lambda r, _: r["time"] + DAY_MS, "signature does not verify", False),
+    "prev": (lambda r, _: "f" * 64, "prev does not match", True),
+    "hash": (lambda r, _: "e" * 64, "hash does not match", True),
+    "statement": (lambda r, _: "stockade/audit-checkpoint@2", "statement tag", True),
+    "head": (lambda r, _: "d" * 64, "head or count", True),
+    "count": (lambda r, _: r["count"] - 1, "head or count", True),
+    "key_id": (lambda r, _: AuditKey.generate().key_id, "not a given audit public key", False),
+    "reason": (lambda r, _: _other_reason(r), "signature does not verify", False),
+    "signature": (_other_signature, "signature does not verify", False),
+}
+
+
+def test_checkpoint_field_table_covers_every_field_of_a_checkpoint(signed: tuple[Path, dict]) -> None:
+    path, _ = signed
+    for seq in CHECKPOINT_POSITIONS:
+        record = records_of(path)[seq - 1]
+        assert record["kind"] == CHECKPOINT_KIND
+        # "kind" is the one field not in the table: see the test after it.
+        assert set(record) == {*CHECKPOINT_FIELDS, "kind"}
+
+
+@pytest.mark.parametrize("seq", CHECKPOINT_POSITIONS, ids=["first", "middle", "last-close"])
+@pytest.mark.parametrize("field", list(CHECKPOINT_FIELDS))
+def test_any_changed_checkpoint_field_is_broken_at_that_record(
+    signed: tuple[Path, dict], tmp_path: Path, seq: int, field: str
+) -> None:
+    path, keys = signed
+    records = records_of(path)
+    change, why, keyless = CHECKPOINT_FIELDS[field]
+    value = change(records[seq - 1], tmp_path)
+    assert value != records[seq - 1][field]
+    rewrite(path, tamper(records, seq, field, value))
+    report = verify(path, keys=keys)
+    assert (report.ok, report.first_broken, report.records) == (False, seq, seq - 1), report.reason
+    assert why in report.reason
+    unkeyed = verify(path)
+    if keyless:  # the checkpoint's shape or place in the chain is wrong: no key needed
+        assert (unkeyed.ok, unkeyed.first_broken) == (False, seq), unkeyed.reason
+    else:  # only the signature can tell
+        assert unkeyed.ok and not unkeyed.keys_checked
+
+
+@pytest.mark.parametrize("seq", CHECKPOINT_POSITIONS, ids=["first", "middle", "last-close"])
+@pytest.mark.parametrize("delta", [DAY_MS, -DAY_MS, 1], ids=["day-later", "day-earlier", "one-ms"])
+def test_redated_checkpoint_with_the_chain_rehashed_is_broken_at_that_record(
+    signed: tuple[Path, dict], seq: int, delta: int
+) -> None:
+    path, keys = signed
+    records = records_of(path)
+    rewrite(path, tamper(records, seq, "time", records[seq - 1]["time"] + delta))
+    assert verify(path).ok  # the unkeyed chain cannot tell
+    report = verify(path, keys=keys)
+    assert (report.ok, report.first_broken) == (False, seq)
+    assert "signature does not verify" in report.reason
+    assert report.last_checkpoint == (None if seq == 6 else CHECKPOINT_POSITIONS[CHECKPOINT_POSITIONS.index(seq) - 1])
+
+
+def test_redated_last_checkpoint_is_reported_broken_by_log_verify_with_the_key(
+    signed: tuple[Path, dict], tmp_path: Path
+) -> None:
+    path, _ = signed
+    records = records_of(path)
+    last = len(records)
+    assert records[-1]["reason"] == "close"
+    rewrite(path, tamper(records, last, "time", records[-1]["time"] + DAY_MS))
+    key = str(tmp_path / PUBLIC_KEY_FILE)
+    proc = run_cli("log", "verify", str(path), "--key", key, "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    report = json_out(proc)
+    assert (report["ok"], report["first_broken"], report["keys_checked"]) == (False, last, True)
+    assert "signature does not verify" in report["reason"]
+
+
+def test_checkpoint_turned_into_a_plain_record_is_no_longer_counted(signed: tuple[Path, dict]) -> None:
+    path, keys = signed
+    records = records_of(path)
+    rewrite(path, tamper(records, 12, "kind", "call.outcome"))
+    report = verify(path, keys=keys)  # the close checkpoint signs the old head of record 14
+    assert (report.ok, report.first_broken, report.last_checkpoint) == (False, 15, 6)
+    rewrite(path, tamper(records, 15, "kind", "call.outcome"))
+    report = verify(path, keys=keys)  # nothing signed after it: the report shows the loss
+    assert report.ok and not report.closed
+    assert (report.checkpoints, report.last_checkpoint, report.unsigned_tail) == (2, 12, 3)
+
+
+@pytest.mark.parametrize("seq", CHECKPOINT_POSITIONS, ids=["first", "middle", "last-close"])
+@pytest.mark.parametrize("delta", [-1, 1, 100], ids=["one-less", "one-more", "far"])
+def test_keyless_verify_refuses_a_checkpoint_count_off_its_place(
+    signed: tuple[Path, dict], seq: int, delta: int
+) -> None:
+    path, _ = signed
+    records = records_of(path)
+    assert records[seq - 1]["count"] == seq - 1
+    rewrite(path, tamper(records, seq, "count", seq - 1 + delta))
+    report = verify(path)  # no key: the count is checked against the chain itself
+    assert (report.ok, report.first_broken, report.records) == (False, seq, seq - 1)
+    assert report.reason == "checkpoint head or count does not match its place in the chain"
+    assert not report.keys_checked

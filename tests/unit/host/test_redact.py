@@ -457,3 +457,151 @@ def test_texts_type_checked_and_empty_fast_path() -> None:
     with pytest.raises(TypeError):
         Redactor(["x-secret-1"]).texts([b"bytes"])  # type: ignore[list-item]
     assert Redactor([]).texts(["a", "b"]) == ["a", "b"]
+
+
+# -- offsets survive length-changing characters before a case-insensitive form ----
+
+# Each of these changes length under str.lower() ("İ" -> "i̇") or str.casefold() ("ß" -> "ss",
+# "ẞ" -> "ss", "ﬁ" -> "fi", "ΐ" -> three characters): a search in a folded view whose offsets
+# are applied to the original text would be off by one character per filler, and as many
+# characters of the secret's encoding would be left in clear.
+FOLD_FILLERS = "İẞßﬁΐ"
+FOLD_PREFIX = "İ" * 20 + "ẞß ﬁΐ " * 4
+FOLD_SUFFIX = " ﬁ tail İİ"
+FOLD_SECRETS = ["s3cr3t-Token/42+x", "clé-Secrète/İ-42~"]
+
+
+def _ascii_fold(char: str) -> str:
+    return char.lower() if "A" <= char <= "Z" else char
+
+
+def _encodings(secret: str) -> dict[str, tuple[str, bool]]:
+    """Every form the Redactor's docstring claims, built here: name -> (form, case-insensitive)."""
+    data = secret.encode()
+    hexed = data.hex()
+    url = quote(secret, safe="")
+    forms = {
+        "raw": (secret, False),
+        "json-ascii": (json.dumps(secret)[1:-1], False),
+        "json-ascii-slash": (json.dumps(secret)[1:-1].replace("/", "\\/"), False),
+        "json-utf8": (json.dumps(secret, ensure_ascii=False)[1:-1], False),
+        "html-escape": (html.escape(secret), False),
+        "html-decimal": ("".join(f"&#{ord(c)};" for c in secret), False),
+        "html-hex-lower": ("".join(f"&#x{ord(c):x};" for c in secret), True),
+        "html-hex-upper": ("".join(f"&#X{ord(c):X};" for c in secret), True),
+        "hex-lower": (hexed, True),
+        "hex-upper": (hexed.upper(), True),
+        "hex-mixed": (_mixed_case(hexed), True),
+        "backslash-x-lower": ("".join(f"\\x{b:02x}" for b in data), True),
+        "backslash-x-upper": ("".join(f"\\x{b:02X}" for b in data), True),
+        "url-upper": (url, True),
+        "url-lower": (url.lower(), True),
+        "url-mixed": (_alternate_case_escapes(url), True),
+        "url-safe-slash": (quote(secret), True),
+        "url-plus": (quote_plus(secret, safe=""), True),
+        "encode-uri-component": (quote(secret, safe="-_.!~*'()"), True),
+        "url-double": (quote(url, safe=""), True),
+        "url-double-lower": (quote(url, safe="").lower(), True),
+        "base64-std": (_b64(secret), False),
+        "base64-std-unpadded": (_b64(secret).rstrip("="), False),
+        "base64-urlsafe": (_b64url(secret), False),
+        "base64-urlsafe-unpadded": (_b64url(secret).rstrip("="), False),
+        "basic-auth-empty-username": (_b64(f":{secret}"), False),
+        "basic-auth-username": (_b64(f"{USER}:{secret}"), False),
+        # MIME-style wrapping: searched in a view without CR/LF, another length change.
+        "base64-wrapped-lf": ("\n".join(_b64(secret)[i : i + 8] for i in range(0, len(_b64(secret)), 8)), False),
+        "base64-wrapped-crlf": ("\r\n".join(_b64url(secret)[i : i + 5] for i in range(0, len(_b64url(secret)), 5)),
+                                False),
+    }
+    if secret.isascii():  # UTF-16 read as Latin-1 text is only searched for ASCII values
+        for codec in ("utf-16-le", "utf-16-be"):
+            forms[f"{codec}-as-latin-1"] = (secret.encode(codec).decode("latin-1"), False)
+    return forms
+
+
+def _fold_reference(text: str, forms: list[tuple[str, bool]]) -> str:
+    """Brute force on the original text itself: every occurrence of every form at every
+    start, compared character by character (ASCII-case-insensitively where the Redactor
+    is), no folded copy of the text anywhere; the union of the matches is replaced."""
+    covered = [False] * len(text)
+    for form, insensitive in forms:
+        for start in range(len(text) - len(form) + 1):
+            window = text[start : start + len(form)]
+            if insensitive:
+                same = all(_ascii_fold(a) == _ascii_fold(b) for a, b in zip(window, form, strict=True))
+            else:
+                same = window == form
+            if same:
+                covered[start : start + len(form)] = [True] * len(form)
+    out, i = [], 0
+    while i < len(text):
+        if covered[i]:
+            while i < len(text) and covered[i]:
+                i += 1
+            out.append(REDACTED)
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _survivors(out: str, forms: list[tuple[str, bool]]) -> list[str]:
+    folded = "".join(_ascii_fold(c) for c in out)
+    return [
+        form for form, insensitive in forms
+        if (("".join(_ascii_fold(c) for c in form) in folded) if insensitive else (form in out))
+    ]
+
+
+def test_fold_fillers_change_length_under_lower_or_casefold() -> None:
+    assert len("İ".lower()) == 2
+    assert all(len(c.casefold()) > 1 for c in FOLD_FILLERS)
+    assert all(form.isascii() for form, insensitive in _encodings(FOLD_SECRETS[1]).values() if insensitive)
+
+
+FOLD_CASES = [(secret, name) for secret in FOLD_SECRETS for name in _encodings(secret)]
+
+
+@pytest.mark.parametrize(
+    ("secret", "name"), FOLD_CASES, ids=[f"{name}-{'ascii' if s.isascii() else 'non-ascii'}" for s, name in FOLD_CASES]
+)
+def test_form_after_length_changing_characters_is_redacted_exactly(secret: str, name: str) -> None:
+    redactor = Redactor([secret], basic_usernames=[USER])
+    form, _ = _encodings(secret)[name]
+    body = f"{FOLD_PREFIX}{form}{FOLD_SUFFIX}"
+    expected = f"{FOLD_PREFIX}{REDACTED}{FOLD_SUFFIX}"
+    assert redactor.text(body) == expected
+    assert redactor.texts(["İ" * 20, body]) == ["İ" * 20, expected]
+    assert redactor.bytes(body.encode()) == expected.encode()
+
+
+@pytest.mark.parametrize("secret", FOLD_SECRETS, ids=["ascii", "non-ascii"])
+def test_every_form_between_length_changing_characters_matches_the_brute_force_reference(secret: str) -> None:
+    redactor = Redactor([secret], basic_usernames=[USER])
+    forms = list(_encodings(secret).values())
+    # Every form, each after more fillers than the last: the drift a folded view would
+    # cause grows along the body, so every later form would leak more.
+    body = "".join(f"{FOLD_FILLERS * (index + 4)}{form}" for index, (form, _) in enumerate(forms)) + FOLD_SUFFIX
+    expected = _fold_reference(body, forms)
+    assert expected.count(REDACTED) == len(forms)  # the fillers separate every form
+    out = redactor.text(body)
+    assert out == expected
+    assert _survivors(out, forms) == []
+    assert out.replace(REDACTED, "") == "".join(FOLD_FILLERS * (i + 4) for i in range(len(forms))) + FOLD_SUFFIX
+    assert redactor.bytes(body.encode()) == expected.encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(sorted(_encodings(FOLD_SECRETS[0]))),
+    before=st.text(alphabet=FOLD_FILLERS + " é日", min_size=1, max_size=40),
+    after=st.text(alphabet=FOLD_FILLERS + " é日", max_size=10),
+)
+def test_any_form_after_any_folding_text_matches_the_brute_force_reference(
+    name: str, before: str, after: str
+) -> None:
+    secret = FOLD_SECRETS[0]
+    redactor = Redactor([secret], basic_usernames=[USER])
+    forms = list(_encodings(secret).values())
+    body = before + _encodings(secret)[name][0] + after
+    assert redactor.text(body) == _fold_reference(body, forms) == f"{before}{REDACTED}{after}"
