@@ -8,7 +8,7 @@ the tests it names should then fail. A mutant they do not kill marks a check no 
 Usage, from the repository root with the dev environment's Python::
 
     python tests/mutants/run.py                      # every mutant; a table at the end
-    python tests/mutants/run.py --module host/plan.py
+    python tests/mutants/run.py --module host/call/prepare.py
     python tests/mutants/run.py --mutant 6-approval-expiry-inclusive
     python tests/mutants/run.py --list               # the table; is each snippet still found, does it compile
     python tests/mutants/run.py --json               # results as JSON on stdout
@@ -146,7 +146,7 @@ MUTANTS: tuple[Mutant, ...] = (
         note="alone it changes nothing: the re-encode comparison still refuses the unpadded spelling",
     ),
     Mutant(
-        "6-approval-expiry-inclusive", 6, "host/plan.py",
+        "6-approval-expiry-inclusive", 6, "host/approvals.py",
         "ok &= approval.expires_at > reference", "ok &= approval.expires_at >= reference",
         ("tests/unit/host/test_plan_binding.py",),
         note="an approval is accepted at exactly its expiry instant",
@@ -196,20 +196,20 @@ MUTANTS: tuple[Mutant, ...] = (
         note="a.example.com is refused under *.example.com",
     ),
     Mutant(
-        "9a-only-tool-call-asked", 9, "host/plan.py",
+        "9a-only-tool-call-asked", 9, "host/call/prepare.py",
         "    permissions = required_permissions(tool)\n", "    permissions = required_permissions(tool)[:1]\n",
         ("tests/unit/host/test_plan_binding.py",),
         note="a principal granted tool.call:X runs X without its declared permissions",
     ),
     Mutant(
-        "9a-declared-deny-ignored", 9, "host/plan.py",
+        "9a-declared-deny-ignored", 9, "host/call/prepare.py",
         "        if decision.verdict is Verdict.DENY:\n",
         '        if decision.verdict is Verdict.DENY and permission.startswith("tool.call:"):\n',
         ("tests/unit/host/test_plan_binding.py",),
         note="a deny of a declared permission is ignored",
     ),
     Mutant(
-        "9b-approval-session-unbound", 9, "host/plan.py",
+        "9b-approval-session-unbound", 9, "host/approvals.py",
         "    ok &= approval.session == plan.request.session\n", "",
         ("tests/unit/host/test_plan_binding.py",),
         note="an approval issued in session A is redeemed in session B",
@@ -342,7 +342,7 @@ def _usage(message: str) -> NoReturn:
 
 
 def _module_path(name: str) -> str:
-    """``host/plan.py``, ``host.plan`` and ``./host/plan.py`` all name the same module."""
+    """``host/call/prepare.py``, ``host.call.prepare`` and ``./host/call/prepare.py`` all name the same module."""
     name = name.removeprefix("./")
     return name if name.endswith(".py") else name.replace(".", "/") + ".py"
 
@@ -421,7 +421,7 @@ def _list(mutants: Sequence[Mutant], as_json: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--module", action="append", default=[], metavar="PATH",
-                        help="only mutants of this module (host/plan.py or host.plan); repeatable")
+                        help="only mutants of this module (host/call/prepare.py or host.call.prepare); repeatable")
     parser.add_argument("--mutant", action="append", default=[], metavar="ID", help="only this mutant; repeatable")
     parser.add_argument("--list", action="store_true", help="list the mutants and check their snippets; run nothing")
     parser.add_argument("--json", action="store_true", help="print the results (or the list) as JSON")

@@ -1,6 +1,6 @@
 """What an approval and a call are bound to, in process: expiry instant, session, every permission.
 
-Plans are built by :func:`host.plan.prepare` itself over a real :class:`FrozenRegistry`,
+Plans are built by :func:`host.call.prepare.prepare` itself over a real :class:`FrozenRegistry`,
 a real :class:`FilePolicyEngine` file, a real :class:`ToolPolicyStore` and
 :class:`SessionGrants` (no Host, no guest): each test pins one comparison whose mutation
 would otherwise survive the suite.
@@ -17,7 +17,9 @@ import pytest
 from host import Principal
 from host.errors import ApprovalInvalid, PolicyDenied
 from host.manifest import PackageManifest
-from host.plan import ApprovalAuthority, CallRequest, InvocationPlan, approval_binds, prepare
+from host.approvals import ApprovalAuthority, approval_binds
+from host.types import CallRequest, InvocationPlan
+from host.call.prepare import prepare
 from host.policy.engine import FilePolicyEngine
 from host.policy.grants import SessionGrants
 from host.policy.toolpolicy import ToolPolicyStore
