@@ -19,7 +19,13 @@ from wasmtime import component as wc
 
 from host.errors import ComponentRefused
 from host.runtime.cache import ArtifactCache
-from host.runtime.engine import build_engine, engine_config_hash, wasmtime_version
+from host.runtime.engine import (
+    Compiler,
+    build_engine,
+    engine_config_hash,
+    selected_compiler,
+    wasmtime_version,
+)
 from sdk._cachedir import artifacts_dir
 
 __all__ = ["CACHE_MAX_BYTES", "cached_component", "remember"]
@@ -28,18 +34,18 @@ CACHE_MAX_BYTES = 4 * 1024**3  # bytes; the default cap of HostConfig.artifact_c
 
 
 @functools.cache
-def _engine() -> wasmtime.Engine:
-    return build_engine()
+def _engine(compiler: Compiler) -> wasmtime.Engine:
+    return build_engine(compiler)
 
 
-def _cache() -> ArtifactCache:
+def _cache(compiler: Compiler) -> ArtifactCache:
     directory = artifacts_dir()
     return ArtifactCache(
         directory,
         directory / "artifact.key",
-        _engine(),
+        _engine(compiler),
         wasmtime_version=wasmtime_version(),
-        engine_config_hash=engine_config_hash(),
+        engine_config_hash=engine_config_hash(compiler=compiler),
         max_bytes=CACHE_MAX_BYTES,
     )
 
@@ -56,15 +62,16 @@ def cached_component(module: bytes) -> tuple[wc.Component, wasmtime.Engine, bool
         ``(component, engine, fresh)``; read types with that engine; ``fresh`` is True
         when it was compiled now.
     """
-    component = _cache().load(hashlib.sha256(module).hexdigest())
+    compiler = selected_compiler()
+    component = _cache(compiler).load(hashlib.sha256(module).hexdigest())
     if component is not None:
-        return component, _engine(), False
+        return component, _engine(compiler), False
     try:
-        return wc.Component(_engine(), module), _engine(), True
+        return wc.Component(_engine(compiler), module), _engine(compiler), True
     except wasmtime.WasmtimeError as exc:
         raise ComponentRefused(f"the component does not compile: {str(exc)[:500]}") from exc
 
 
 def remember(module: bytes, component: wc.Component) -> None:
     """Store a freshly compiled component that passed the host's load-time checks."""
-    _cache().store(hashlib.sha256(module).hexdigest(), component)
+    _cache(selected_compiler()).store(hashlib.sha256(module).hexdigest(), component)

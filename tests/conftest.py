@@ -2,6 +2,12 @@
 
 The environment is scrubbed for every test (httpx `clean_environ` style): proxies, the
 master key and anything STOCKADE_* never leak in from the machine running the tests.
+
+Engines compile with Winch (``STOCKADE_COMPILER=winch``, see :mod:`host.runtime.engine`):
+about 10× less compile time per component, which is most of a cold run. Tests whose
+subject is the production compiler's behaviour (exact fuel on real plugins, compile-time
+limits) carry ``@pytest.mark.cranelift`` and run under Cranelift;
+``STOCKADE_TEST_COMPILER=cranelift`` runs the whole suite under it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ _SCRUBBED_NAMES = {
 
 
 _REPO = Path(__file__).resolve().parents[1]
+TEST_COMPILER = os.environ.get("STOCKADE_TEST_COMPILER") or "winch"
 
 # Hypothesis: the `ci` profile is deterministic, so a failure in CI is
 # replayed by running the same test again: derandomize fixes the seed (derived from each
@@ -57,14 +64,27 @@ def pytest_configure(config: pytest.Config) -> None:
     once per cache. Tests about the cache itself set their own ``STOCKADE_CACHE_DIR``.
     """
     os.environ["XDG_CACHE_HOME"] = str(_REPO / ".stockade-cache")
+    os.environ["STOCKADE_COMPILER"] = TEST_COMPILER  # session-scoped fixtures compile before clean_environ
+
+
+def _compiler_for(item: pytest.Item) -> str:
+    return "cranelift" if item.get_closest_marker("cranelift") is not None else TEST_COMPILER
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Select the test's compiler before any of its fixtures runs (a module-scoped runtime
+    of a ``cranelift`` module is built under Cranelift too)."""
+    os.environ["STOCKADE_COMPILER"] = _compiler_for(item)
 
 
 @pytest.fixture(autouse=True)
-def clean_environ() -> Iterator[None]:
+def clean_environ(request: pytest.FixtureRequest) -> Iterator[None]:
     saved = dict(os.environ)
     for name in list(os.environ):
         if name in _SCRUBBED_NAMES or name.startswith(_SCRUBBED_PREFIXES):
             del os.environ[name]
+    os.environ["STOCKADE_COMPILER"] = _compiler_for(request.node)
     try:
         yield
     finally:

@@ -51,6 +51,7 @@ from host.runtime.engine import (
     build_engine,
     deadline_ticks,
     engine_config_hash,
+    selected_compiler,
     wasmtime_version,
 )
 from host.runtime.imports import build_linker
@@ -74,7 +75,8 @@ class Runtime:
 
     def __init__(self, config: HostConfig) -> None:
         self._config = config
-        self._engine = build_engine()
+        compiler = selected_compiler()
+        self._engine = build_engine(compiler)
         self._linker = build_linker(self._engine)
         self._clock = install_deadline_clock(self._linker, self._engine)
         self._cache = ArtifactCache(
@@ -82,7 +84,7 @@ class Runtime:
             config.artifact_key_file,
             self._engine,
             wasmtime_version=wasmtime_version(),
-            engine_config_hash=engine_config_hash(),
+            engine_config_hash=engine_config_hash(compiler=compiler),
             max_bytes=config.artifact_cache_max_bytes if config.artifact_cache_dir is not None else None,
         )
         self._compiled: dict[str, LoadedComponent] = {}

@@ -27,7 +27,8 @@ from tests.support.plugins import (
     shared_runtime_config,
 )
 
-pytestmark = pytest.mark.slow
+# Cranelift, the production compiler, for the hostile plugin's limits on a real component.
+pytestmark = [pytest.mark.slow, pytest.mark.cranelift]
 
 LIMITS = SandboxLimits(fuel=2_000_000_000, memory_bytes=256 << 20, timeout_ms=10_000, max_log_bytes=65_536)
 MiB = 1 << 20

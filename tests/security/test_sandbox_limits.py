@@ -23,6 +23,9 @@ from host.runtime import Runtime, SandboxLimits
 from host.runtime.sandbox import TABLE_HEADROOM
 from tests.support import wat
 
+# The production compiler: every limit here is also held under Winch (the rest of the suite).
+pytestmark = pytest.mark.cranelift
+
 MiB = 1 << 20
 PAGE = 65536
 

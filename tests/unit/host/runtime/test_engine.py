@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
 import pytest
+import wasmtime
 
+import host.runtime.engine as engine_module
 from host.config import HostConfig
-from host.errors import SandboxTimeout
+from host.errors import ConfigInvalid, SandboxFuelExhausted, SandboxTimeout
 from host.runtime import Runtime, SandboxLimits
-from host.runtime.engine import ENGINE_SETTINGS, EPOCH_TICK_MS, deadline_ticks, engine_config_hash
+from host.runtime.engine import (
+    COMPILER_ENV,
+    ENGINE_SETTINGS,
+    EPOCH_TICK_MS,
+    build_engine,
+    deadline_ticks,
+    engine_config_hash,
+    selected_compiler,
+)
 from tests.support import wat
 
 
@@ -134,3 +145,75 @@ def test_close_steps_only_the_deadline_of_the_longest_call_in_flight(tmp_path: P
     assert not worker.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], SandboxTimeout)
     assert counting.increments == deadline_ticks(60_000) + 1  # not the 300 s ceiling's 30,002
+
+
+# -- the compiler: Cranelift by default, Winch when STOCKADE_COMPILER says so ------------
+
+
+def test_compiler_is_cranelift_unless_the_environment_names_winch() -> None:
+    assert selected_compiler({}) == "cranelift"
+    assert selected_compiler({COMPILER_ENV: ""}) == "cranelift"
+    assert selected_compiler({COMPILER_ENV: "winch"}) == "winch"
+    assert selected_compiler({COMPILER_ENV: "cranelift"}) == "cranelift"
+
+
+@pytest.mark.parametrize("value", ["Winch", "llvm", "auto", "winch "])
+def test_unknown_compiler_refuses_to_build_an_engine(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    with pytest.raises(ConfigInvalid, match="names no compiler") as caught:
+        selected_compiler({COMPILER_ENV: value})
+    assert "cranelift (the default) or winch" in caught.value.hint
+    monkeypatch.setenv(COMPILER_ENV, value)
+    with pytest.raises(ConfigInvalid):
+        build_engine()
+
+
+def test_unknown_compiler_refuses_to_open_a_runtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(COMPILER_ENV, "llvm")
+    before = len(_tickers())
+    with pytest.raises(ConfigInvalid):
+        Runtime(HostConfig(state_dir=tmp_path))
+    assert len(_tickers()) == before
+
+
+def test_compiler_is_part_of_the_artifact_key() -> None:
+    assert engine_config_hash(compiler="winch") != engine_config_hash(compiler="cranelift")
+    assert engine_config_hash(compiler="winch") == engine_config_hash(dict(ENGINE_SETTINGS), "winch")
+
+
+def test_winch_is_a_different_compiler_not_a_relabelled_cranelift() -> None:
+    module = "(module (func (export \"f\") (param i32) (result i32) (i32.mul (local.get 0) (i32.const 7))))"
+    compiled = {c: wasmtime.Module(build_engine(c), module).serialize() for c in ("cranelift", "winch")}
+    assert compiled["cranelift"] != compiled["winch"]
+    assert wasmtime.Module(build_engine("cranelift"), module).serialize() == compiled["cranelift"]
+
+
+@pytest.mark.parametrize("compiler", ["cranelift", "winch"])
+def test_both_compilers_enforce_the_deadline_and_fuel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, compiler: str
+) -> None:
+    monkeypatch.setenv(COMPILER_ENV, compiler)
+    spin = wat.loop_component()
+    base = SandboxLimits(fuel=20_000_000_000, memory_bytes=1 << 20, timeout_ms=50, max_log_bytes=10)
+    with Runtime(HostConfig(state_dir=tmp_path)) as rt:
+        with pytest.raises(SandboxTimeout):
+            wat.run_module(rt, spin, limits=base)
+        with pytest.raises(SandboxFuelExhausted):
+            wat.run_module(rt, spin, limits=dataclasses.replace(base, fuel=100_000, timeout_ms=30_000))
+
+
+def test_winch_through_unrecognised_bindings_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(engine_module._bindings, "wasmtime_config_strategy_set")
+    with pytest.raises(ConfigInvalid, match="not known to select Winch"):
+        build_engine("winch")
+    assert isinstance(build_engine("cranelift"), wasmtime.Engine)
+
+
+def test_winch_refused_when_the_strategy_setter_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module.inspect, "getsource", lambda _obj: "def strategy(self, s): ...")
+    with pytest.raises(ConfigInvalid, match="not known to select Winch"):
+        build_engine("winch")
+
+
+@pytest.mark.cranelift
+def test_the_cranelift_marker_selects_cranelift_for_the_test() -> None:
+    assert selected_compiler() == "cranelift"
