@@ -195,8 +195,9 @@ def test_readme_author_quickstart_runs_from_a_wheel_for_both_languages(tmp_path:
     # The JavaScript run installs the pinned toolchain into the fresh per-user cache.
     site, bin_dir = _install_wheel(tmp_path)
     assert not (site / "node_modules").exists()
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("STOCKADE_") and k != "PYTHONPATH"
+    env = {  # the suite's compiler stays (tests/conftest.py): a fresh cache compiles both plugins
+        k: v for k, v in os.environ.items()
+        if (not k.startswith("STOCKADE_") or k == "STOCKADE_COMPILER") and k != "PYTHONPATH"
     }
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
