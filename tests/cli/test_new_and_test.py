@@ -2,31 +2,23 @@
 
 The round trips (new -> build -> test) build real components with componentize-py and
 componentize-js; the build and compile caches live under ``<repo>/.stockade-cache`` and
-the scaffolded projects are identical every time, so only the first session pays.
+the scaffolded projects are identical every time, so only the first session pays. Every
+template's own tests are in ``test_templates.py`` and the quickstart from a wheel in
+``test_author_quickstart.py``: separate modules, so ``--dist loadscope`` spreads their
+builds over the workers.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import REPO, cli_env, run_cli
-
-# The checkout's node_modules holds exactly the pinned JavaScript toolchain: pointing
-# STOCKADE_JS_TOOLCHAIN at it spares a 386 MB install per test (the code path is the same:
-# the toolchain is checked against the pins, then linked beside the build script).
-CACHE_ENV = {"XDG_CACHE_HOME": str(REPO / ".stockade-cache"), "STOCKADE_JS_TOOLCHAIN": str(REPO)}
-
-
-def stockade(*args: str, cwd: Path, timeout: float = 600):
-    return run_cli(*args, cwd=cwd, env=cli_env(**CACHE_ENV), timeout=timeout)
+from tests.support.cli import AUTHOR_CACHE_ENV, cli_env
+from tests.support.cli import author_cli as stockade
 
 
 @pytest.mark.slow
@@ -156,80 +148,6 @@ def test_test_refuses_an_invalid_manifest_before_building(tmp_path: Path) -> Non
     assert "MANIFEST_INVALID" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _install_wheel(tmp: Path) -> tuple[Path, Path]:
-    """Build a wheel from a copy of the repository and install it with ``pip --target``.
-
-    Returns (site directory, bin directory holding a ``stockade`` launcher). Dependencies
-    come from the running venv; ``sdk``/``host`` come from the wheel only.
-    """
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    for name in ("host", "sdk"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp / "wheel"), str(src)], check=True, timeout=600)
-    (wheel,) = (tmp / "wheel").glob("stockade-*.whl")
-    site = tmp / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=600)
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    launcher = bin_dir / "stockade"
-    launcher.write_text(f"#!{sys.executable}\nimport sys\nfrom sdk.cli import main\nsys.exit(main())\n")
-    launcher.chmod(0o755)
-    return site, bin_dir
-
-
-def _readme_block(marker: str) -> list[str]:
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # the manual
-    readme = "\n".join(page.read_text("utf-8") for page in pages)
-    match = re.search(rf"<!-- {re.escape(marker)}[^\n]*-->\n```sh\n(.*?)```", readme, re.S)
-    assert match, f"README has no {marker} block"
-    return [line for line in match.group(1).splitlines() if line.strip()]
-
-
-@pytest.mark.slow
-def test_readme_author_quickstart_runs_from_a_wheel_for_both_languages(tmp_path: Path) -> None:
-    # A plain `pip install` of a wheel: no checkout, no node_modules anywhere near sdk/.
-    # The JavaScript run installs the pinned toolchain into the fresh per-user cache.
-    site, bin_dir = _install_wheel(tmp_path)
-    assert not (site / "node_modules").exists()
-    env = {  # the suite's compiler stays (tests/conftest.py): a fresh cache compiles both plugins
-        k: v for k, v in os.environ.items()
-        if (not k.startswith("STOCKADE_") or k == "STOCKADE_COMPILER") and k != "PYTHONPATH"
-    }
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
-        PYTHONPATH=str(site),
-        STOCKADE_CACHE_DIR=str(tmp_path / "user-cache"),
-        COLUMNS="200",
-    )
-    lines = _readme_block("author-quickstart")
-    assert lines[0] == "stockade new hello --lang python"
-    for lang in ("python", "javascript"):
-        cwd = tmp_path / lang
-        cwd.mkdir()
-        for written in lines:
-            line = written.replace("--lang python", f"--lang {lang}")
-            if line.startswith("cd "):
-                cwd = cwd / line[3:].strip()
-                continue
-            proc = subprocess.run(
-                ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False
-            )
-            assert proc.returncode == 0, f"{lang}: {line}\n{proc.stdout}\n{proc.stderr}"
-            if line == "stockade build" and lang == "javascript":
-                assert "installing the JavaScript toolchain" in proc.stderr
-        where = subprocess.run(
-            [sys.executable, "-c", "import sdk; print(sdk.__file__)"], env=env, cwd=cwd,
-            capture_output=True, text=True, check=True,
-        )
-        assert where.stdout.startswith(str(site))
-    toolchains = list((tmp_path / "user-cache" / "toolchain").iterdir())
-    assert [p.name[:3] for p in toolchains] == ["js-"]
-
-
 @pytest.mark.slow
 def test_watch_reruns_the_tests_after_an_edit(tmp_path: Path) -> None:
     # Same project name and content as the round trip: the first run is a cache hit.
@@ -239,7 +157,7 @@ def test_watch_reruns_the_tests_after_an_edit(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "sdk.cli", "watch", "--max-runs", "2", "--interval", "0.2", str(project)]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            argv, cwd=tmp_path, env=cli_env(**CACHE_ENV), stdout=out, stderr=subprocess.PIPE, text=True,
+            argv, cwd=tmp_path, env=cli_env(**AUTHOR_CACHE_ENV), stdout=out, stderr=subprocess.PIPE, text=True,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
         assert proc.stderr is not None
@@ -256,17 +174,6 @@ def test_watch_reruns_the_tests_after_an_edit(tmp_path: Path) -> None:
         assert proc.wait(timeout=900) == 1, rest
     assert "changed: app.py" in rest and "tests failed" in rest
     assert "1 failed, 4 passed" in log.read_text()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("lang", ["python", "javascript"])
-@pytest.mark.parametrize(("template", "passed"), [("write-with-approval", 4), ("compute", 4)])
-def test_every_template_passes_its_own_tests(tmp_path: Path, lang: str, template: str, passed: int) -> None:
-    new = stockade("new", "tpl", "--lang", lang, "--template", template, cwd=tmp_path)
-    assert new.returncode == 0, new.stderr
-    test = stockade("test", str(tmp_path / "tpl"), cwd=tmp_path)
-    assert test.returncode == 0, test.stdout + test.stderr
-    assert f"{passed} passed" in test.stdout
 
 
 def test_new_refuses_an_unknown_template(tmp_path: Path) -> None:
