@@ -1,6 +1,6 @@
 """sdk.toolchain: the pinned JavaScript toolchain lives in a per-user cache, never a checkout.
 
-The real install (``npm ci``) runs in ``tests/cli/test_new_and_test.py`` from a wheel;
+The real install (``npm ci``) runs in ``tests/cli/test_author_quickstart.py`` from a wheel;
 here the pins, the checks and the all-or-nothing install are tested with a real
 subprocess standing in for npm where the failure must be forced.
 """
