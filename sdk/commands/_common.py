@@ -443,7 +443,8 @@ def verified_lock(
         return load_lock(Path(lock), config=config, trusted_keys=keys)
 
 
-def _host_config(args: argparse.Namespace, root: Path) -> HostConfig:
+def host_config(args: argparse.Namespace, root: Path) -> HostConfig:
+    """The HostConfig of the shared convention (module docstring), rooted at ``root``."""
     from host.config import HostConfig, WorkspaceGrant
     from host.runtime.cache import user_artifact_dir
 
@@ -487,7 +488,7 @@ def open_host(args: argparse.Namespace, *, progress: bool = True) -> Host:
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     secrets = open_secrets(root)
     policy = FilePolicyEngine(root / "policy.json")
-    config = _host_config(args, root)
+    config = host_config(args, root)
     spec = getattr(args, "store", None) or "local"
     shared = None if spec == "local" else open_store_spec(spec, **checkpoint_options(config))
     with _compile_progress(enabled=progress) as callback:

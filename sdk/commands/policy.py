@@ -250,10 +250,44 @@ def _locked(args: argparse.Namespace) -> tuple[Any, str]:
             if (tool.name, tool.version) == (name, version):
                 return tool, source_bindings[(name, version)]
             offered.append(f"{tool.name}@{tool.version}")
+    for tool, binding in _host_tools(args, loaded.generation):  # fs.* of the host file's workspaces
+        if (tool.name, tool.version) == (name, version):
+            return tool, binding
+        offered.append(f"{tool.name}@{tool.version}")
     raise ToolNotFound(
         f"no tool {name}@{version} in {args.lock}",
         hint=f"tools in the lock: {', '.join(offered) or 'none'}",
     )
+
+
+def _host_tools(args: argparse.Namespace, generation: int) -> list[tuple[Any, str]]:
+    """The host tools (``fs.*``) a host served with this config file runs, each with its
+    binding digest: the ones ``[[workspace]]`` grants in the host file, as the Host builds
+    them (a host tool's binding covers its effect, risk and permissions; it has no signer).
+
+    Raises:
+        ToolFailed: a workspace root cannot be opened (as when the Host opens).
+    """
+    settings = getattr(args, "host_file", None)
+    if settings is None or not settings.workspaces:
+        return []
+    from host.policy.bindings import package_binding
+    from host.registry import FrozenRegistry
+    from host.tools import host_tools_for
+    from sdk.commands._common import host_config
+
+    tools = host_tools_for(host_config(args, state_dir(args)), protected=[Path(args.lock)])
+    if tools is None:
+        return []
+    try:
+        items = list(tools.registry_items(generation))
+        registry = FrozenRegistry.from_packages(items)
+        return [
+            (spec, package_binding(registry.get(spec.name, spec.version), key_id=None))
+            for manifest, _binding in items for spec in manifest.tools
+        ]
+    finally:
+        tools.close()
 
 
 def _pinned_sources(args: argparse.Namespace, loaded: Any) -> Any:

@@ -46,9 +46,9 @@ from host.runtime.models import ProgressEvent
 from sdk.commands._common import (
     EXIT_OK,
     UsageFailed,
-    _host_config,
     add_host_options,
     checkpoint_options,
+    host_config,
     open_secrets,
     open_store_spec,
     state_dir,
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     # One store (or audit log) for the whole serve: it stays open across lock generations.
     shared: Any = None
     if spec != "local":
-        shared = open_store_spec(spec, **checkpoint_options(_host_config(args, root)))
+        shared = open_store_spec(spec, **checkpoint_options(host_config(args, root)))
     audit = AuditLog(root / "audit.log") if shared is None else None
     try:
         app = StockadeMCP(
@@ -258,7 +258,7 @@ def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: A
           file=sys.stderr, flush=True)
     host = Host.open(
         args.lock,
-        config=_host_config(args, root),
+        config=host_config(args, root),
         secrets=open_secrets(root),
         policy=FilePolicyEngine(root / "policy.json"),
         audit=audit,

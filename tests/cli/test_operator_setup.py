@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from host.policy.toolpolicy import ToolPolicyStore
+from host.policy.toolpolicy import ToolPolicyStore, ToolSelector
 from tests.support.bundles import write_bundle
 from tests.support.cli import ALICE_ARGS, Workspace, cli_env, echo_workspace, json_out, run_cli
 from tests.support.hosts import echo_manifest, echo_tool
@@ -334,3 +334,59 @@ def test_config_with_trusted_keys_refuses_an_unsigned_lock_unless_init_allowed_i
     else:
         assert proc.returncode == 1
         assert json_out(proc)["error"]["details"]["reason"] == "unsigned"
+
+
+def test_policy_denied_host_tool_is_granted_by_its_suggested_command(tmp_path: Path) -> None:
+    # Regression: `policy grant-tool` looked for the tool only in the lock's packages and
+    # MCP sources, so the command the refusal of an fs.* call suggests answered TOOL_NOT_FOUND.
+    ws = echo_workspace(tmp_path, allow=())
+    files = tmp_path / "ws"
+    files.mkdir()
+    (files / "notes.txt").write_text("one\ntwo\n")
+    (tmp_path / "stockade.host.toml").write_text(
+        'format = "stockade.host/1"\n[host]\nstate_dir = "state"\nlock = "stockade.lock"\n'
+        '[[workspace]]\nroot = "ws"\nproject = "p"\nsubjects = ["alice"]\n'
+    )
+    read = ("call", "fs.read_file@1.0.0", *ALICE_ARGS, "--input", '{"path": "notes.txt"}')
+    proc = ws.run(*read)
+    assert proc.returncode == 1 and "POLICY_DENIED" in proc.stderr, proc.stderr
+    [command] = suggested(proc)
+    assert command[:4] == ["policy", "grant-tool", "p", "alice"] and "fs.read_file@1.0.0" in command
+    fixed = ws.run(*command, "--json")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "tool.call:fs.read_file" in json_out(fixed)["allow"]
+    after = ws.run(*read, "--json")
+    assert after.returncode == 0, after.stderr
+    assert "two" in json.dumps(json_out(after))
+
+
+def test_grant_tool_binds_a_host_tool_allow_to_the_binding_the_host_runs(tmp_path: Path) -> None:
+    # The allow holds only while its recorded binding is the running one (else the call
+    # asks: a rebind); an edit that runs without asking proves the CLI bound the Host's.
+    ws = echo_workspace(tmp_path)
+    (tmp_path / "ws").mkdir()
+    target = tmp_path / "ws" / "notes.txt"
+    target.write_text("old\n")
+    (tmp_path / "stockade.host.toml").write_text(
+        'format = "stockade.host/1"\n[host]\nstate_dir = "state"\nlock = "stockade.lock"\n'
+        '[[workspace]]\nroot = "ws"\nproject = "p"\n'
+    )
+    edit = ("call", "fs.edit_file@1.0.0", *ALICE_ARGS, "--input",
+            '{"path": "notes.txt", "old_text": "old", "new_text": "new"}')
+    granted = ws.run("policy", "grant-tool", "p", "alice", "fs.edit_file@1.0.0", "--role", "editor", "--json")
+    assert granted.returncode == 0, granted.stderr
+    asked = ws.run(*edit)  # a write: the class default asks, and no allow is recorded
+    assert asked.returncode != 0 and "APPROVAL_REQUIRED" in asked.stderr, asked.stderr
+    assert target.read_text() == "old\n"
+    allowed = ws.run("policy", "grant-tool", "p", "alice", "fs.edit_file@1.0.0", "--role", "editor",
+                     "--allow", "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    binding = json_out(allowed)["tool_policy"]["binding"]
+    stored = ToolPolicyStore(ws.state / "tool-policy", admin_dir=None).load("alice", "p")
+    assert stored.recorded(ToolSelector("fs.edit_file"), "fs.edit_file") == binding
+    ran = ws.run(*edit)
+    assert ran.returncode == 0, ran.stderr
+    assert target.read_text() == "new\n"
+    missing = ws.run("policy", "grant-tool", "p", "alice", "fs.nope@1.0.0", "--role", "editor")
+    assert missing.returncode == 1 and "TOOL_NOT_FOUND" in missing.stderr
+    assert "fs.read_file@1.0.0" in missing.stderr  # the hint lists the host tools too
