@@ -266,13 +266,8 @@ def test_non_string_values_are_a_type_error() -> None:
 # -- reference model: the union of every occurrence -------------------------------------------
 
 
-def _reference(text: str, forms: list[str]) -> str:
-    covered = [False] * len(text)
-    for form in forms:
-        for start in range(len(text) - len(form) + 1):
-            if text.startswith(form, start):
-                for i in range(start, start + len(form)):
-                    covered[i] = True
+def _replace_covered(text: str, covered: list[bool]) -> str:
+    """``text`` with every maximal run of covered characters replaced by one marker."""
     out, i = [], 0
     while i < len(text):
         if covered[i]:
@@ -283,6 +278,16 @@ def _reference(text: str, forms: list[str]) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
+
+
+def _reference(text: str, forms: list[str]) -> str:
+    covered = [False] * len(text)
+    for form in forms:
+        for start in range(len(text) - len(form) + 1):
+            if text.startswith(form, start):
+                for i in range(start, start + len(form)):
+                    covered[i] = True
+    return _replace_covered(text, covered)
 
 
 @settings(max_examples=300, deadline=None)
@@ -398,16 +403,7 @@ def _wrapped_reference(text: str, redactor: Redactor) -> str:
                     i, j = i + 1, j + 1
                 if j == len(form):
                     covered[start:i] = [True] * (i - start)
-    out, i = [], 0
-    while i < len(text):
-        if covered[i]:
-            while i < len(text) and covered[i]:
-                i += 1
-            out.append(REDACTED)
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _replace_covered(text, covered)
 
 
 @settings(max_examples=60, deadline=None)
@@ -533,16 +529,7 @@ def _fold_reference(text: str, forms: list[tuple[str, bool]]) -> str:
                 same = window == form
             if same:
                 covered[start : start + len(form)] = [True] * len(form)
-    out, i = [], 0
-    while i < len(text):
-        if covered[i]:
-            while i < len(text) and covered[i]:
-                i += 1
-            out.append(REDACTED)
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _replace_covered(text, covered)
 
 
 def _survivors(out: str, forms: list[tuple[str, bool]]) -> list[str]:
