@@ -115,12 +115,12 @@ class HostConfig:
         ceilings: host-wide resource ceilings.
         require_signatures: refuse any locked package without a valid signature, even
             when no trusted keys are configured (every package is then refused).
-        trusted_keys_file: JSON file of trusted Ed25519 public keys (see host.lock).
+        trusted_keys_file: JSON file of trusted Ed25519 public keys (see host.trust.lock).
             Configuring trusted keys makes package signatures required (an unsigned
             package is SIGNATURE_INVALID) unless ``unsafe_allow_unsigned``.
         trusted_operator_keys_file: JSON file (same format) of the operator keys trusted
             to sign whole locks. When set, every lock must carry a valid lock signature
-            by one of them (SIGNATURE_INVALID otherwise); see host.lock.
+            by one of them (SIGNATURE_INVALID otherwise); see host.trust.lock.
         admin_policy_dir: directory of the administrator's managed policy cap; if it is
             named but unreadable, every tool is disabled (fail closed).
         approver_key_file: the approver private key (a ``stockade keygen`` PEM, mode

@@ -1,4 +1,4 @@
-"""Signed statements and trusted keys (docs/design.md §4, §12). Re-exported by :mod:`host.lock`.
+"""Signed statements and trusted keys (docs/design.md §4, §12). Re-exported by :mod:`host.trust.lock`.
 
 Definitions (stable; authors' tools and reviewers rely on them):
 
@@ -15,7 +15,7 @@ Definitions (stable; authors' tools and reviewers rely on them):
   - ``"stockade/audit-checkpoint@1"``: audit checkpoints (:mod:`host.audit`, signed by
     the host's audit key);
   - ``"stockade/mcp-source@1"``: an external MCP source's pin
-    (:func:`host.mcpsource.pin.source_statement`);
+    (:func:`host.formats.mcppin.source_statement`);
   - ``"stockade/approval@1"``: a person's approval of one action on a shared store
     (:func:`host.approverkey.approval_statement`), made by an approver key.
 
@@ -353,7 +353,7 @@ class TrustedKeys:
     def verify_statement(self, statement: bytes, *, signature: str, key_id: str, what: str) -> None:
         """Verify a signature over ``statement`` (already domain-tagged by its caller).
 
-        Used for MCP source pins (:func:`host.mcpsource.pin.source_statement`).
+        Used for MCP source pins (:func:`host.formats.mcppin.source_statement`).
 
         Raises:
             SignatureInvalid: unknown key id, or the signature does not verify.

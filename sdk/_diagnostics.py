@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from host.manifest import (
+from host.formats.manifest import (
     AllowEntry,
     BasicLocation,
     CredentialMapping,

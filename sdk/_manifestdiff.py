@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from host.egress.urls import HostPattern, parse_host_pattern, path_matches
-from host.manifest import AllowEntry, CredentialMapping, Effect, HttpConfig, PackageManifest, ToolSpec
+from host.formats.manifest import AllowEntry, CredentialMapping, Effect, HttpConfig, PackageManifest, ToolSpec
 
 __all__ = ["Change", "credential_location", "manifest_changes", "schema_changes"]
 

@@ -52,7 +52,7 @@ from typing import Final
 
 from host.canonical import canonical_json
 from host.files import replace_dir
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from sdk._cachedir import builds_dir
 from sdk._jsdeps import install_js_dependencies, needs_bundling, package_files
 from sdk._pydeps import DependencyError, DependencyRefused, install_dependencies

@@ -1,8 +1,8 @@
 """Bundles and package signing for authors (docs/design.md §3, §4).
 
 A bundle is a directory holding ``manifest.json`` and ``module.wasm``. Authors sign the
-statement of :func:`host.lock.statement_for` with an Ed25519 key; hosts list the public
-key in a trusted keys file (format ``stockade.keys/1``) and verify with ``host.lock``.
+statement of :func:`host.trust.lock.statement_for` with an Ed25519 key; hosts list the public
+key in a trusted keys file (format ``stockade.keys/1``) and verify with ``host.trust.lock``.
 
 Example::
 
@@ -30,8 +30,8 @@ from host.canonical import canonical_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import DigestMismatch, LockInvalid
 from host.files import atomic_write, create_exclusive, read_regular
-from host.lock import KEYS_FORMAT, MAX_MODULE_BYTES, TrustedKeys, key_id_for, statement_for
-from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
+from host.formats.manifest import MAX_MANIFEST_BYTES, PackageManifest
+from host.trust.lock import KEYS_FORMAT, MAX_MODULE_BYTES, TrustedKeys, key_id_for, statement_for
 
 __all__ = [
     "MIN_PASSPHRASE_CHARS",
@@ -184,7 +184,7 @@ def sign_package(
     manifest_sha256: str,
     module_sha256: str,
 ) -> tuple[str, str]:
-    """Sign a package statement (:func:`host.lock.statement_for`).
+    """Sign a package statement (:func:`host.trust.lock.statement_for`).
 
     Args:
         private_key: Ed25519 key (object, PEM or 32 raw bytes).

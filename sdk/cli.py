@@ -8,7 +8,7 @@ rich.
 
 Global options, accepted anywhere on the command line before a ``--``: ``--json``
 (machine-readable output, errors and usage errors included), ``--debug`` (a traceback
-on errors), ``--config FILE`` (the host config file, see ``host.hostfile``) and
+on errors), ``--config FILE`` (the host config file, see ``host.formats.hostfile``) and
 ``--version``.
 
 Errors are printed as ``error: CODE: message`` plus ``what to do: hint`` on stderr (with

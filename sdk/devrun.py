@@ -41,7 +41,7 @@ from host.canonical import canonical_json
 from host.egress.policy import Resolver
 from host.egress.transport import Pins, TransportFactory, pinned_transport_factory
 from host.errors import StockadeError
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project

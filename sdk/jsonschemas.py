@@ -2,7 +2,7 @@
 
 Editors validate and complete ``stockade.toml`` with the schema (Taplo / Even Better
 TOML: put ``#:schema <path or URL>`` on the first line). Both files are generated from
-:class:`host.manifest.PackageManifest` and checked in under ``sdk/schemas/``; a test
+:class:`host.formats.manifest.PackageManifest` and checked in under ``sdk/schemas/``; a test
 regenerates them and fails if they differ (run ``python -m sdk.jsonschemas`` to update).
 
 ``stockade.toml`` is the manifest minus what the build writes (``format``, ``module``),
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from sdk.project import LANGUAGES
 
 __all__ = ["SCHEMA_DIR", "manifest_schema", "project_schema", "render", "write"]

@@ -1,8 +1,8 @@
 """Editing ``stockade.lock`` for authors and operators (docs/design.md §4). The host only reads locks.
 
 Every edit reads the current lock strictly, builds the next generation
-(``generation + 1``, ``previous`` = the current lock's digest, see :mod:`host.lock`),
-validates it with :meth:`host.lock.PackageLock.from_json` and replaces the file
+(``generation + 1``, ``previous`` = the current lock's digest, see :mod:`host.trust.lock`),
+validates it with :meth:`host.trust.lock.PackageLock.from_json` and replaces the file
 atomically. A missing lock file is created at generation 1. A bundle is checked
 (manifest valid, module digest as pinned, and the component judged by the host's own
 load-time checks, so a bundle ``Host.open`` would refuse is refused here with
@@ -10,7 +10,7 @@ COMPONENT_REFUSED) before it is added, and its location is stored relative to th
 lock's directory (a bundle outside that directory is refused).
 
 An edit signs the new lock body with ``operator_key`` when given (a lock signature, tag
-``stockade/lock@1``, see :mod:`host.lock`); otherwise the new generation is unsigned.
+``stockade/lock@1``, see :mod:`host.trust.lock`); otherwise the new generation is unsigned.
 :func:`sign_lock` signs the current lock in place: the signature is not part of the
 body, so the generation and digest stay the same.
 
@@ -36,13 +36,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from host.bundlestore import OciSource
 from host.canonical import sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ComponentRefused, LockInvalid
 from host.files import atomic_write, read_regular
-from host.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for, lock_statement
-from host.mcpsource.pin import McpLockEntry, McpPin, source_statement
+from host.formats.mcppin import McpLockEntry, McpPin, source_statement
+from host.trust.bundlestore import OciSource
+from host.trust.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for, lock_statement
 from sdk.bundle import Bundle, load_private_key, read_bundle, sign_package
 from sdk.review import component_report
 
@@ -59,7 +59,7 @@ __all__ = [
 
 _Key = bytes | Ed25519PrivateKey
 
-_MAX_LOCK_BYTES = 1024 * 1024  # bytes, as host.lock
+_MAX_LOCK_BYTES = 1024 * 1024  # bytes, as host.trust.lock
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +345,7 @@ def add_mcp(
     OLD.lock NEW.lock``).
 
     The entry pins the file's sha256 and, with ``private_key``, is signed over
-    :func:`host.mcpsource.pin.source_statement` (tag ``stockade/mcp-source@1``).
+    :func:`host.formats.mcppin.source_statement` (tag ``stockade/mcp-source@1``).
 
     Raises:
         LockInvalid: the lock is invalid, or the source's name overlaps a package's or

@@ -12,9 +12,7 @@ from typing import Any
 
 from host.canonical import canonical_json
 from host.config import Ceilings
-from host.lock import PackageLock, TrustedKeys
-from host.mcpsource.hosting import binding_digests
-from host.mcpsource.pin import (
+from host.formats.mcppin import (
     McpDeclaration,
     McpPin,
     PinnedSource,
@@ -22,8 +20,10 @@ from host.mcpsource.pin import (
     load_pinned_sources,
     tool_unbounded,
 )
+from host.mcpsource.hosting import binding_digests
 from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
 from host.secrets import SecretsStore
+from host.trust.lock import PackageLock, TrustedKeys
 from sdk._manifestdiff import Change
 
 __all__ = ["live_drift", "mcp_changes", "mcp_report", "pinned_sources"]

@@ -55,10 +55,10 @@ from typing import Final, final
 
 import httpx
 
-from host.bundlestore import check_digest, check_repository, check_tag
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.errors import DigestMismatch, RegistryRefused, RegistryUnavailable
 from host.secrets import SecretValue
+from host.trust.bundlestore import check_digest, check_repository, check_tag
 
 __all__ = [
     "OCI_MANIFEST_MEDIA_TYPE",

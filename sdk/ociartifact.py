@@ -44,14 +44,14 @@ from typing import Annotated, Final, Literal, final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from host.bundlestore import check_digest
 from host.canonical import canonical_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ArtifactInvalid, DigestMismatch, ManifestInvalid, SignatureInvalid
 from host.files import fsync_dir, replace_dir
-from host.lock import MAX_MODULE_BYTES, TrustedKeys
-from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
+from host.formats.manifest import MAX_MANIFEST_BYTES, PackageManifest
 from host.signing import check_key_id, check_signature_b64
+from host.trust.bundlestore import check_digest
+from host.trust.lock import MAX_MODULE_BYTES, TrustedKeys
 from sdk.bundle import Bundle
 from sdk.oci import OCI_MANIFEST_MEDIA_TYPE, OciReference, RegistryClient
 

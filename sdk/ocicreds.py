@@ -40,10 +40,10 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from host.bundlestore import check_repository
 from host.errors import SecretsUnavailable
 from host.files import read_regular
 from host.secrets import SecretsStore, SecretValue
+from host.trust.bundlestore import check_repository
 from sdk.oci import RegistryCredential
 
 __all__ = [

@@ -68,7 +68,7 @@ from typing import Any, Final, Literal
 
 from host.canonical import canonical_json
 from host.errors import ManifestInvalid
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from sdk._diagnostics import format_problems, toml_problems
 from sdk._pydeps import DependencyError, check_dependencies
 

@@ -52,18 +52,18 @@ from typing import Any, Final
 import wasmtime
 from wasmtime import component as wc
 
-from host.bundlestore import OciSource
 from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
-from host.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
-from host.manifest import PackageManifest, ToolSpec
+from host.formats.manifest import PackageManifest, ToolSpec
+from host.formats.mcppin import PinnedSource
 from host.mcpsource.hosting import binding_digests
-from host.mcpsource.pin import PinnedSource
 from host.policy.bindings import package_binding, package_bindings
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolSelector, read_user_policy
-from host.registry import Binding, FrozenRegistry
 from host.runtime.binary import census, check_header
 from host.runtime.checks import check_component
+from host.trust.bundlestore import OciSource
+from host.trust.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
+from host.trust.registry import Binding, FrozenRegistry
 from sdk._artifacts import cached_component, remember
 from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
@@ -187,7 +187,7 @@ def load_for_review(
 
     Raises:
         LockInvalid, DigestMismatch, SignatureInvalid, ManifestInvalid: as
-        :func:`host.lock.load_lock`.
+        :func:`host.trust.lock.load_lock`.
 
     Returns:
         The verified lock.

@@ -22,7 +22,7 @@ from string import Template
 from typing import Final
 
 from host.files import create_exclusive
-from host.manifest import is_name
+from host.formats.manifest import is_name
 from sdk._templates import TEMPLATES
 from sdk.project import LANGUAGES, PROJECT_FILE, Language
 

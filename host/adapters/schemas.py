@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from typing import Any, Final, Literal, Protocol
 
 from host.errors import ManifestInvalid, ToolNotFound
-from host.manifest import Effect
-from host.schemaprofile import PROFILE_EXTERNAL
+from host.formats.manifest import Effect
+from host.formats.schemaprofile import PROFILE_EXTERNAL
 
 __all__ = [
     "ToolFormat",

@@ -84,22 +84,22 @@ from host.errors import (
     StoreUnavailable,
     ToolNotFound,
 )
+from host.formats.schema import canonicalize
+from host.formats.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from host.redact import Redactor
-from host.registry import FrozenRegistry, ToolDefinition
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.runtime.models import SandboxUsage
-from host.schema import canonicalize
-from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 from host.secrets import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
 from host.tools import host_tools_for
 from host.tools.base import HostToolSet, stale
+from host.trust.registry import FrozenRegistry, ToolDefinition
 from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]

@@ -3,7 +3,7 @@
 :meth:`host.call.host.Host.open` runs them in this order, each one only after the previous
 one succeeded:
 
-1. :func:`host.lock.load_lock` verifies the lock (digests, signatures, manifests);
+1. :func:`host.trust.lock.load_lock` verifies the lock (digests, signatures, manifests);
 2. :func:`compile_packages` compiles (or loads from the verified artifact cache) every
    package's component and pairs it with its egress allowlist;
 3. the frozen registry is built from the verified manifests;
@@ -26,18 +26,18 @@ from host.audit import AuditLog
 from host.auditkey import AuditKey
 from host.config import HostConfig
 from host.egress.policy import EgressPolicy, Resolver, system_resolver
-from host.lock import LoadedLock, TrustedKeys, load_lock
+from host.formats.mcppin import PinnedSource, load_pinned_sources
 from host.mcpsource import hosting as mcp_hosting
-from host.mcpsource.pin import PinnedSource, load_pinned_sources
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
 from host.policy.bindings import package_bindings
-from host.registry import FrozenRegistry
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
 from host.store.local import LocalStore
 from host.store.port import StateStore
 from host.tools.base import HostToolSet
+from host.trust.lock import LoadedLock, TrustedKeys, load_lock
+from host.trust.registry import FrozenRegistry
 
 __all__ = [
     "Generation",
@@ -131,7 +131,7 @@ def verify_lock(path: Path, config: HostConfig) -> tuple[LoadedLock, tuple[Pinne
 
     Raises:
         LockInvalid, LockRollback, DigestMismatch, SignatureInvalid, ManifestInvalid: as
-            :func:`host.lock.load_lock` and :func:`host.mcpsource.pin.load_pinned_sources`.
+            :func:`host.trust.lock.load_lock` and :func:`host.formats.mcppin.load_pinned_sources`.
     """
     keys = TrustedKeys.load(config.trusted_keys_file) if config.trusted_keys_file else None
     loaded = load_lock(path, config=config, trusted_keys=keys)

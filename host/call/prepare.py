@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 from host.approvals import reference_time
 from host.canonical import canonical_json, digest_json, sha256_hex
 from host.errors import PolicyDenied, PolicyUnavailable, RequestInvalid, StockadeError
+from host.formats.schema import canonicalize
+from host.formats.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 from host.policy.bindings import BoundGrants, package_binding
 from host.policy.engine import Decision, PolicyEngine, Verdict, check_fences
 from host.policy.grants import final_decision
 from host.policy.toolpolicy import ToolPolicyStore, service_of
-from host.registry import FrozenRegistry, ToolDefinition
-from host.schema import canonicalize
-from host.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
+from host.trust.registry import FrozenRegistry, ToolDefinition
 from host.types import CallRequest, Fence, InvocationPlan, Preview, Principal, validate_envelope
 
 if TYPE_CHECKING:

@@ -30,8 +30,8 @@ from host.egress.port import EgressPort
 from host.egress.session import EgressSession
 from host.errors import EgressDenied, EgressUnreachable, StockadeError
 from host.redact import Redactor
-from host.registry import ToolDefinition
 from host.store.port import AuditSink
+from host.trust.registry import ToolDefinition
 from host.types import CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage
 
 __all__ = [

@@ -23,9 +23,9 @@ from host.egress.session import EgressSession
 from host.egress.transport import TransportFactory
 from host.errors import CredentialUnavailable
 from host.redact import Redactor
-from host.registry import ToolDefinition
 from host.runtime import SandboxLimits
 from host.secrets import SecretsStore, SecretValue
+from host.trust.registry import ToolDefinition
 from host.types import InvocationPlan, Principal
 
 __all__ = [

@@ -74,7 +74,7 @@ RouteKind = Literal["bearer", "basic", "header", "query"]
 
 
 class CredentialMappingLike(Protocol):
-    """What the router reads of a credential mapping (``host.manifest.CredentialMapping``)."""
+    """What the router reads of a credential mapping (``host.formats.manifest.CredentialMapping``)."""
 
     @property
     def secret(self) -> str: ...

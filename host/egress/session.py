@@ -125,7 +125,7 @@ _DEFAULT_HEADERS: Final = (
 
 
 class HttpLimits(Protocol):
-    """What the session reads of a manifest's ``http`` section (``host.manifest.HttpConfig``)."""
+    """What the session reads of a manifest's ``http`` section (``host.formats.manifest.HttpConfig``)."""
 
     @property
     def max_request_bytes(self) -> int: ...

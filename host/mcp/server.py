@@ -77,9 +77,9 @@ from host.errors import (
     ToolNotFound,
 )
 from host.mcp.state import RequestStates
-from host.registry import ToolDefinition
 from host.store.pending import PendingApprovalPort
 from host.text import escape_unsafe
+from host.trust.registry import ToolDefinition
 from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Principal
 
 __all__ = ["APPROVAL_KEY", "META_KEY", "ServeOptions", "StockadeMCP"]

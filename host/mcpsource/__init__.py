@@ -1,6 +1,6 @@
 """External MCP servers as a governed tool source (docs/design.md §12).
 
-- :mod:`host.mcpsource.pin`: the ``stockade.mcp/1`` declaration, the
+- :mod:`host.formats.mcppin`: the ``stockade.mcp/1`` declaration, the
   ``stockade.mcp-pin/1`` pin, the lock entry and their verification;
 - :mod:`host.mcpsource.stdio`: the bounded JSON-RPC client and the isolated spawn;
 - :mod:`host.mcpsource.http`: a Streamable HTTP session (the official SDK's client, needs

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from host.canonical import parse_json
-from host.manifest import PackageManifest
-from host.mcpsource.pin import PinnedSource
+from host.formats.manifest import PackageManifest
+from host.formats.mcppin import PinnedSource
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
 from host.policy.bindings import mcp_binding
-from host.registry import Binding
 from host.runtime import SandboxResult, SandboxUsage
 from host.secrets import SecretsStore
+from host.trust.registry import Binding
 
 if TYPE_CHECKING:
     from host.store.port import AuditSink

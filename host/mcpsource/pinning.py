@@ -2,8 +2,8 @@
 
 :func:`pin_source` starts the server exactly as a host would (same isolation, same
 secrets), lists its tools, and for each one maps the server's name to a Stockade name
-(:func:`~host.mcpsource.pin.stockade_tool_name`; a collision refuses both tools) and
-checks the schemas against the external profile (:mod:`host.schemaprofile`) by building
+(:func:`~host.formats.mcppin.stockade_tool_name`; a collision refuses both tools) and
+checks the schemas against the external profile (:mod:`host.formats.schemaprofile`) by building
 the synthetic manifest a host will build. A tool that fails is *refused* (kept in the
 pin's ``refused`` list with every reason) rather than loosened; the others are pinned
 with the reviewer's effect and risk (default ``external``/``high``) and, if given, the
@@ -25,8 +25,8 @@ from typing import Any, Final, final
 from host.canonical import canonical_json
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ManifestInvalid, SchemaInvalid
-from host.manifest import Effect, Risk, is_name
-from host.mcpsource.pin import (
+from host.formats.manifest import Effect, Risk, is_name
+from host.formats.mcppin import (
     PIN_FORMAT,
     McpDeclaration,
     McpPin,
@@ -37,10 +37,10 @@ from host.mcpsource.pin import (
     stockade_tool_name,
     tool_digest,
 )
+from host.formats.schemaprofile import check_external
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import probe
 from host.redact import Redactor
-from host.schemaprofile import check_external
 from host.secrets import SecretsStore
 
 __all__ = ["PinResult", "pin_source", "pin_tools"]

@@ -42,7 +42,7 @@ from host.errors import (
     StockadeError,
     ToolFailed,
 )
-from host.mcpsource.pin import (
+from host.formats.mcppin import (
     HttpTransport,
     McpDeclaration,
     McpPin,

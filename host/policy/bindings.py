@@ -44,7 +44,7 @@ from typing import Any
 
 from host.canonical import canonical_json, digest_json
 from host.errors import ToolNotFound
-from host.registry import ToolDefinition
+from host.trust.registry import ToolDefinition
 
 __all__ = [
     "BINDING_DOMAIN",

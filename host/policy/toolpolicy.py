@@ -87,7 +87,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from host.canonical import canonical_json, sha256_hex
 from host.errors import PolicyUnavailable
-from host.manifest import Effect
+from host.formats.manifest import Effect
 from host.policy._files import (
     CachedFile,
     FileTooLarge,

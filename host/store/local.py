@@ -8,7 +8,7 @@ behind it, so its behaviour and speed do not change:
   not survive a restart and are not valid in another process);
 - rate limits: :class:`host.ratelimit.RateLimiter` (process memory);
 - session grants: :class:`host.policy.grants.SessionGrants` (process memory);
-- lock generations: :class:`host.lock.LockState` (``lock-state.json``, ``flock``-ed);
+- lock generations: :class:`host.trust.lock.LockState` (``lock-state.json``, ``flock``-ed);
 - pending approvals: :class:`host.approvals.ApprovalQueue` (``approvals.json``, ``flock``-ed).
 
 Sharing: the approvals, rate limits and grants of a local store live in one process, so
@@ -39,10 +39,10 @@ from host._files import LockHeld, open_lock
 from host.approvals import ApprovalAuthority, ApprovalQueue
 from host.audit import AuditLog
 from host.errors import StoreUnavailable
-from host.lock import LoadedLock, LockState
 from host.policy.grants import SessionGrants
 from host.ratelimit import RateLimiter
 from host.store.port import StoreLifecycle
+from host.trust.lock import LoadedLock, LockState
 
 __all__ = ["LOCK_FILE", "LocalLockGenerations", "LocalStore", "overrides_of"]
 
@@ -61,7 +61,7 @@ def overrides_of(state: LockState, lock: LoadedLock, *, unsafe_accept_rollback: 
 
 
 class LocalLockGenerations:
-    """:class:`host.lock.LockState` behind the lock-generation port."""
+    """:class:`host.trust.lock.LockState` behind the lock-generation port."""
 
     __slots__ = ("_state",)
 
@@ -69,7 +69,7 @@ class LocalLockGenerations:
         self._state = LockState(state_dir)
 
     def accept(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
-        """See :meth:`host.lock.LockState.accept`; returns what was overridden (if anything)."""
+        """See :meth:`host.trust.lock.LockState.accept`; returns what was overridden (if anything)."""
         return overrides_of(self._state, lock, unsafe_accept_rollback=unsafe_accept_rollback)
 
     def current_generation(self) -> int | None:

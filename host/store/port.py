@@ -10,7 +10,7 @@ behind it:
 - :class:`RateLimitPort` — check-and-consume the per (principal, tool) windows (§6 step 7);
 - :class:`GrantPort` — session grants: grant, check, clear (§6 step 4);
 - :class:`LockGenerationPort` — accept a lock generation: monotonic, forks and
-  downgrades refused exactly as :class:`host.lock.LockState` refuses them (§4, §12);
+  downgrades refused exactly as :class:`host.trust.lock.LockState` refuses them (§4, §12);
 - :class:`~host.store.pending.PendingApprovalPort` — the queue of actions waiting for a
   person (the contract of :class:`host.approvals.ApprovalQueue`).
 
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from host.lock import LoadedLock
     from host.store.pending import PendingApprovalPort
+    from host.trust.lock import LoadedLock
     from host.types import Approval, InvocationPlan
 
 __all__ = [
@@ -150,7 +150,7 @@ class LockGenerationPort(Protocol):
     """The highest accepted lock generation, moving forward only."""
 
     def accept(self, lock: LoadedLock, *, unsafe_accept_rollback: bool = False) -> tuple[str, ...]:
-        """Accept a verified lock (the rules of :meth:`host.lock.LockState.accept`);
+        """Accept a verified lock (the rules of :meth:`host.trust.lock.LockState.accept`);
         return what ``unsafe_accept_rollback`` overrode (``()`` when nothing was).
 
         Raises:

@@ -33,7 +33,7 @@ How each promise holds across processes and machines:
   crash may forget the last few milliseconds of counts, never an audit record.
 - **Session grants** (:class:`PgGrants`): rows; a clear is one ``DELETE`` seen by all.
 - **Lock generations** (:class:`PgLockGenerations`): one state row per scope, locked
-  ``FOR UPDATE``; the rules are :class:`host.lock.LockState`'s own (rollback, fork,
+  ``FOR UPDATE``; the rules are :class:`host.trust.lock.LockState`'s own (rollback, fork,
   downgrade), applied to the row's document; an accept sends ``NOTIFY`` so other
   processes learn of a newer generation (:meth:`PgLockGenerations.listen`, used by
   :mod:`host.store.watch`; :meth:`PgLockGenerations.wait_newer` blocks for one).
@@ -80,7 +80,6 @@ from host.audit import (
 )
 from host.auditkey import AuditKey
 from host.errors import ApprovalInvalid, ApproverKeyMissing, AuditUnavailable, StockadeError, StoreUnavailable
-from host.lock import LoadedLock, LockState
 from host.signing import TrustedKeys
 from host.store._pg import PROBE_INTERVAL_S, Conn, Database, committing
 from host.store.local import overrides_of
@@ -88,6 +87,7 @@ from host.store.migrations import check_version
 from host.store.pending import PgPendingApprovals, record_approval
 from host.store.pgcounters import PgGrants, PgRateLimits
 from host.store.port import StoreLifecycle
+from host.trust.lock import LoadedLock, LockState
 from host.types import Approval, InvocationPlan
 
 __all__ = [
@@ -443,7 +443,7 @@ class PgLockGenerations:
     """The accepted lock state of a scope as one row (see the module docstring).
 
     The row holds the same document as ``lock-state.json``. :meth:`accept` locks the row,
-    materializes the document in a private temp dir and lets :class:`host.lock.LockState`
+    materializes the document in a private temp dir and lets :class:`host.trust.lock.LockState`
     judge the offered lock there — the file backend's rules, unchanged, are the only
     rules — then writes the result back in the same transaction.
     """

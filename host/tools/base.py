@@ -44,8 +44,8 @@ from typing import Any, Final
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ApprovalInvalid, StockadeError, ToolFailed
-from host.manifest import Effect, PackageManifest, Risk
-from host.registry import Binding, ToolDefinition
+from host.formats.manifest import Effect, PackageManifest, Risk
+from host.trust.registry import Binding, ToolDefinition
 from host.types import InvocationPlan, Principal
 
 __all__ = [

@@ -27,7 +27,7 @@ from typing import Any, Final
 from host.canonical import sha256_hex
 from host.config import WorkspaceGrant
 from host.errors import InputInvalid, ToolNotFound
-from host.manifest import Effect, Risk
+from host.formats.manifest import Effect, Risk
 from host.tools.atomic import TEMP_PREFIX, atomic_replace, sweep_temp_files
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.paths import MAX_PATH_BYTES, RelPath, Workspace, parse_path

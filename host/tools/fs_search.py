@@ -14,7 +14,7 @@ import os
 import stat
 from typing import Any, Final
 
-from host.manifest import Effect, Risk
+from host.formats.manifest import Effect, Risk
 from host.tools.atomic import TEMP_PREFIX
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.fs import _COUNT, _PATH_SCHEMA, VERSION, Workspaces, _cut_line, _load, _object

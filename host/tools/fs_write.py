@@ -16,7 +16,7 @@ import stat
 
 from host.canonical import sha256_hex
 from host.errors import InputInvalid
-from host.manifest import Effect, Risk
+from host.formats.manifest import Effect, Risk
 from host.tools.atomic import atomic_create
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.fs import (

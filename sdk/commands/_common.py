@@ -15,7 +15,7 @@ Host-using commands (``tools``, ``call``) share one convention:
   under the state dir, one host process) or ``postgresql://…`` (shared by many hosts).
 
 Every option above may come from the host config file instead (``stockade.host.toml``,
-see :mod:`host.hostfile`): :func:`apply_host_file` fills the options a command line left
+see :mod:`host.formats.hostfile`): :func:`apply_host_file` fills the options a command line left
 unset before the command runs; the audit log path comes from it too (:func:`audit_path`).
 
 Failures a command detects itself (not a :class:`~host.errors.StockadeError`) raise
@@ -45,8 +45,8 @@ if TYPE_CHECKING:  # imported where used: start-up time
     from rich.console import Console
 
     from host import Host, HostConfig, SecretsStore
-    from host.lock import LoadedLock
     from host.runtime import ProgressEvent
+    from host.trust.lock import LoadedLock
 
 __all__ = [
     "DEFAULT_LOCK",
@@ -219,7 +219,7 @@ def apply_host_file(args: argparse.Namespace) -> None:
         ConfigInvalid: the file named by ``--config``/``$STOCKADE_CONFIG`` is missing,
             or the file found is invalid.
     """
-    from host.hostfile import find_host_file, load_host_file
+    from host.formats.hostfile import find_host_file, load_host_file
 
     _refuse_password_on_command_line(args)
     present = [name for name in _HOST_OPTIONS if hasattr(args, name)]
@@ -432,7 +432,7 @@ def verified_lock(
     import tempfile
 
     from host.config import HostConfig
-    from host.lock import TrustedKeys, load_lock
+    from host.trust.lock import TrustedKeys, load_lock
 
     keys = TrustedKeys.load(trusted_keys) if trusted_keys is not None else None
     with tempfile.TemporaryDirectory(prefix="stockade-read-") as scratch:

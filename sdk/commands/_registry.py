@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from host.bundlestore import STORE_DIR
-from host.lock import TrustedKeys
+from host.trust.bundlestore import STORE_DIR
+from host.trust.lock import TrustedKeys
 from sdk.commands._common import DEFAULT_LOCK, add_state_dir, open_secrets, state_dir, stderr_console
 from sdk.oci import DEFAULT_TIMEOUT_S, RegistryClient
 from sdk.ocicreds import docker_config_path, find_credential

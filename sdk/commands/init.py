@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sdk.commands._common import EXIT_OK, CommandFailed, print_json, verified_lock
 
 if TYPE_CHECKING:
-    from host.hostfile import HostFile
+    from host.formats.hostfile import HostFile
 
 
 def register(sub: Any) -> None:
@@ -82,7 +82,7 @@ def _relative(value: str, base: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Write the config file, the policy file and the key; print the next commands."""
-    from host.hostfile import CONFIG_ENV, FILE_NAME, render_host_file
+    from host.formats.hostfile import CONFIG_ENV, FILE_NAME, render_host_file
 
     target = Path(args.config or os.environ.get(CONFIG_ENV) or FILE_NAME).expanduser().absolute()
     if target.exists():
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 def _write_config(target: Path, text: str) -> HostFile:
     """Create ``target`` holding ``text`` and read it back; never leave a broken file.
 
-    Paths are escaped by :func:`host.hostfile.render_host_file` (control characters
+    Paths are escaped by :func:`host.formats.hostfile.render_host_file` (control characters
     included); the file appears whole (:func:`host.files.create_exclusive`)
     and is removed again if it does not read back as a valid host config.
 
@@ -144,7 +144,7 @@ def _write_config(target: Path, text: str) -> HostFile:
     """
     from host.errors import ConfigInvalid
     from host.files import create_exclusive
-    from host.hostfile import load_host_file
+    from host.formats.hostfile import load_host_file
 
     try:
         data = text.encode("utf-8")

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from host.lock import TrustedKeys, key_id_for
+from host.trust.lock import TrustedKeys, key_id_for
 from sdk.bundle import MIN_PASSPHRASE_CHARS, add_trusted_key, generate_keypair, write_private_key
 from sdk.commands._common import EXIT_OK, CommandFailed, print_json
 from sdk.commands._passphrase import passphrase_for

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from host.errors import ComponentRefused
-from host.lock import LoadedLock, LockEntry, LockState
+from host.trust.lock import LoadedLock, LockEntry, LockState
 from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,

@@ -30,10 +30,10 @@ from typing import Any
 from host.canonical import parse_json
 from host.errors import InputInvalid, ManifestInvalid
 from host.files import read_regular
-from host.manifest import Effect, Risk
-from host.mcpsource.pin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin, tool_unbounded
+from host.formats.manifest import Effect, Risk
+from host.formats.mcppin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin, tool_unbounded
+from host.formats.schemaprofile import MAX_SCHEMA_BYTES
 from host.mcpsource.pinning import pin_source
-from host.schemaprofile import MAX_SCHEMA_BYTES
 from sdk.commands._common import (
     DEFAULT_LOCK,
     EXIT_ESCALATION,

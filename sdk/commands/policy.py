@@ -272,8 +272,8 @@ def _host_tools(args: argparse.Namespace, generation: int) -> list[tuple[Any, st
     if settings is None or not settings.workspaces:
         return []
     from host.policy.bindings import package_binding
-    from host.registry import FrozenRegistry
     from host.tools import host_tools_for
+    from host.trust.registry import FrozenRegistry
     from sdk.commands._common import host_config
 
     tools = host_tools_for(host_config(args, state_dir(args)), protected=[Path(args.lock)])
@@ -293,8 +293,8 @@ def _host_tools(args: argparse.Namespace, generation: int) -> list[tuple[Any, st
 def _pinned_sources(args: argparse.Namespace, loaded: Any) -> Any:
     """The lock's verified MCP sources (pins checked against the lock, signatures as configured)."""
     from host.config import DEFAULT_CEILINGS
-    from host.lock import TrustedKeys
-    from host.mcpsource.pin import load_pinned_sources
+    from host.formats.mcppin import load_pinned_sources
+    from host.trust.lock import TrustedKeys
 
     keys = TrustedKeys.load(args.trusted_keys) if args.trusted_keys is not None else None
     return load_pinned_sources(

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from host.bundlestore import SOURCE_FORMAT, OciSource
+from host.trust.bundlestore import SOURCE_FORMAT, OciSource
 from sdk.commands._common import EXIT_OK, CommandFailed, UsageFailed, print_json, stderr_console
 from sdk.commands._registry import (
     add_registry_options,

@@ -23,8 +23,8 @@ from rich.text import Text
 
 from host import CallRequest, CallResult, Host, Principal
 from host.audit import verify
-from host.manifest import Effect
-from host.registry import ToolDefinition
+from host.formats.manifest import Effect
+from host.trust.registry import ToolDefinition
 from host.types import Preview
 from sdk.cli import main
 from sdk.demo.present import Outcome, Screen, mask

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from host.canonical import canonical_json, digest_json, sha256_hex
 from host.files import create_exclusive
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from host.policy.engine import FilePolicyEngine
 from host.secrets import MasterKey, SecretsStore, generate_key_file
 from sdk.build import BuildResult, build_project

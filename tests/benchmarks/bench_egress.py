@@ -64,7 +64,7 @@ from host.egress.port import HttpRequest, HttpResponse
 from host.egress.router import CredentialRouter
 from host.egress.session import EgressSession
 from host.egress.urls import normalize_url
-from host.manifest import CredentialMapping
+from host.formats.manifest import CredentialMapping
 from host.redact import Redactor
 from host.secrets import SecretValue
 from tests.support.egress_session import FakeResolver, allow, bearer, http_config

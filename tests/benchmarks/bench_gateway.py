@@ -49,7 +49,7 @@ from wasmtime import component as wc
 
 from host.config import HostConfig
 from host.egress.port import DenyAllEgress
-from host.schema import canonicalize
+from host.formats.schema import canonicalize
 from tests.benchmarks.bench_sandbox import extism_rows, measure, raw_rows
 from tests.support import wat
 from tests.support.hosts import ALICE, HostFixture, make_host

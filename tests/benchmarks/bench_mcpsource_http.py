@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from host import FilePolicyEngine, Host, HostConfig
-from host.mcpsource.pin import McpDeclaration
+from host.formats.mcppin import McpDeclaration
 from host.mcpsource.pinning import pin_source
 from host.mcpsource.rpc import McpNetwork
 from sdk.lockfile import add_mcp

@@ -15,7 +15,7 @@ import pytest
 import wasmtime
 
 from host.config import HostConfig
-from host.lock import LockState, PackageLock, TrustedKeys, load_lock
+from host.trust.lock import LockState, PackageLock, TrustedKeys, load_lock
 from tests.support.bundles import (
     MODULE_BYTES,
     lock_digest,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from host.lock import TrustedKeys
+from host.trust.lock import TrustedKeys
 from sdk.bundle import KeyPassphraseRequired, KeyPassphraseWrong, generate_keypair, load_private_key
 from sdk.commands import _passphrase
 from sdk.commands._common import CommandFailed

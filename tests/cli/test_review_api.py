@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from sdk._manifestdiff import manifest_changes, schema_changes
 from sdk.review import LockDiff, component_report, diff_locks, lock_report
 from tests.support.bundles import lock_digest, lock_entry, make_manifest, write_bundle, write_lock

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from host import CallRequest, FilePolicyEngine, Host, HostConfig, Principal
-from host.manifest import Effect, Risk
-from host.mcpsource.pin import McpDeclaration
+from host.formats.manifest import Effect, Risk
+from host.formats.mcppin import McpDeclaration
 from host.mcpsource.pinning import PinResult, pin_source
 from host.secrets import SecretsStore
 from sdk.lockfile import add_mcp

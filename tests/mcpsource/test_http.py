@@ -24,8 +24,8 @@ import pytest
 
 from host import FilePolicyEngine, Host, HostConfig
 from host.errors import EgressDenied, StockadeError
+from host.formats.mcppin import McpDeclaration
 from host.mcpsource.egress import SourceTransport
-from host.mcpsource.pin import McpDeclaration
 from host.mcpsource.pinning import PinResult, pin_source
 from host.mcpsource.rpc import McpNetwork
 from host.secrets import SecretsStore

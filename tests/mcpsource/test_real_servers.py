@@ -4,7 +4,7 @@ devDependencies, installed by ``npm ci``): ``@modelcontextprotocol/server-everyt
 
 Their schemas are what zod-to-json-schema emits (``$schema`` draft-07, open objects,
 ``default``, no ``maxLength``), so they exercise the external schema profile
-(``host.schemaprofile``) end to end: pin, call through ``Host`` with valid and invalid
+(``host.formats.schemaprofile``) end to end: pin, call through ``Host`` with valid and invalid
 input, and through ``stockade serve`` with the official SDK client.
 """
 
@@ -23,11 +23,11 @@ import pytest
 
 from host import CallRequest, FilePolicyEngine, Host, HostConfig, Principal
 from host.errors import InputInvalid
-from host.manifest import Effect, Risk
+from host.formats.manifest import Effect, Risk
+from host.formats.mcppin import McpDeclaration, tool_unbounded
+from host.formats.schemaprofile import PROFILE_EXTERNAL
 from host.mcp.server import ServeOptions, StockadeMCP
-from host.mcpsource.pin import McpDeclaration, tool_unbounded
 from host.mcpsource.pinning import PinResult, pin_source
-from host.schemaprofile import PROFILE_EXTERNAL
 from host.secrets import SecretsStore
 from sdk.lockfile import add_mcp
 from tests.support.secrets import make_store

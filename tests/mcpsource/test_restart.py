@@ -11,7 +11,7 @@ from host.audit import AuditLog
 from host.canonical import sha256_hex
 from host.config import DEFAULT_CEILINGS
 from host.errors import McpUnavailable
-from host.mcpsource.pin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, pinned_manifest
+from host.formats.mcppin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, pinned_manifest
 from host.mcpsource.source import McpSource
 
 

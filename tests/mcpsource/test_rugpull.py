@@ -9,9 +9,9 @@ import pytest
 
 from host import HostConfig
 from host.errors import DigestMismatch, LockInvalid, SignatureInvalid
-from host.lock import TrustedKeys
-from host.mcpsource.pin import McpPin, load_pinned_sources
+from host.formats.mcppin import McpPin, load_pinned_sources
 from host.mcpsource.pinning import pin_tools
+from host.trust.lock import TrustedKeys
 from sdk.lockfile import add_mcp, read_lock
 from tests.mcpsource.conftest import REVIEW, TOKEN, McpWorld, offered, request
 from tests.support.bundles import lock_entry, write_bundle, write_lock

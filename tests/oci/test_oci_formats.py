@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.bundlestore import OciSource, store_bundle_path
 from host.errors import ArtifactInvalid, LockInvalid, SecretsUnavailable
-from host.lock import PackageLock
 from host.secrets import SecretValue
+from host.trust.bundlestore import OciSource, store_bundle_path
+from host.trust.lock import PackageLock
 from sdk.oci import RegistryClient, RegistryCredential, parse_reference
 from sdk.ociartifact import ArtifactManifest, build_artifact
 from sdk.ocicreds import (

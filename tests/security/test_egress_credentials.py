@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from host.egress.port import HttpFailure, HttpResponse
-from host.manifest import HttpConfig
+from host.formats.manifest import HttpConfig
 from tests.support.egress_session import (
     FakeResolver,
     allow,

@@ -1,5 +1,5 @@
 """Hostile schemas a third-party MCP server could list, against the external schema profile
-(``host.schemaprofile``): each is refused at pin or bounded at call time, and the test
+(``host.formats.schemaprofile``): each is refused at pin or bounded at call time, and the test
 measures the time and memory it took (printed with ``-s``)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from host.errors import InputInvalid, ManifestInvalid, SchemaInvalid
-from host.manifest import PackageManifest
-from host.schemaprofile import (
+from host.formats.manifest import PackageManifest
+from host.formats.schemaprofile import (
     MAX_ENUM,
     MAX_EXPANDED_NODES,
     MAX_VALIDATION_STEPS,

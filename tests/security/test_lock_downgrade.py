@@ -20,7 +20,7 @@ import pytest
 from host import FilePolicyEngine, Host
 from host.config import HostConfig
 from host.errors import LockRollback
-from host.lock import (
+from host.trust.lock import (
     MAX_GENERATION_STEP,
     LoadedLock,
     LockState,

@@ -16,7 +16,7 @@ import pytest
 
 from host.config import HostConfig
 from host.errors import LockInvalid, LockRollback
-from host.lock import LoadedLock, LockState, load_lock
+from host.trust.lock import LoadedLock, LockState, load_lock
 from tests.support.bundles import (
     lock_digest,
     lock_entry,

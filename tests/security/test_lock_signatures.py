@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from host.config import HostConfig
 from host.errors import LockRollback, SignatureInvalid
-from host.lock import (
+from host.signing import STATEMENT_TAGS, signed_statement
+from host.trust.lock import (
     LockState,
     PackageLock,
     TrustedKeys,
@@ -27,7 +28,6 @@ from host.lock import (
     lock_statement,
     statement_for,
 )
-from host.signing import STATEMENT_TAGS, signed_statement
 from sdk.bundle import generate_keypair, load_private_key
 from sdk.lockfile import sign_lock
 from tests.support.bundles import lock_document, lock_entry, make_manifest, write_bundle

@@ -14,7 +14,7 @@ import pytest
 
 from host.config import HostConfig
 from host.errors import DigestMismatch, LockInvalid, ManifestInvalid, SignatureInvalid, StockadeError
-from host.lock import LockState, TrustedKeys, load_lock
+from host.trust.lock import LockState, TrustedKeys, load_lock
 from sdk.bundle import generate_keypair, sign_package, write_keys_file
 from tests.support.bundles import (
     MODULE_BYTES,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from host.errors import ConfigInvalid, LockInvalid, PolicyUnavailable, RequestInvalid, StoreUnavailable
-from host.hostfile import load_host_file, render_host_file
+from host.formats.hostfile import load_host_file, render_host_file
 from host.mcp.tokens import TokenFile
 from host.signing import TrustedKeys
 from sdk.bundle import generate_keypair, write_keys_file

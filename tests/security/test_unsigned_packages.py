@@ -18,7 +18,7 @@ import pytest
 
 from host import Host, HostConfig
 from host.errors import SignatureInvalid
-from host.lock import LockState, TrustedKeys, load_lock
+from host.trust.lock import LockState, TrustedKeys, load_lock
 from sdk.bundle import generate_keypair, write_keys_file
 from tests.support.bundles import lock_entry, make_manifest, state_snapshot, write_bundle, write_lock
 from tests.support.hosts import echo_manifest, echo_tool, write_policy

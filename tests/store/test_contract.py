@@ -20,8 +20,8 @@ from host.audit import verify
 from host.canonical import canonical_json
 from host.config import HostConfig
 from host.errors import ApprovalInvalid, ApprovalQueueFull, LockRollback, RateLimited
-from host.lock import LoadedLock, load_lock
 from host.store import StateStore
+from host.trust.lock import LoadedLock, load_lock
 from host.types import InvocationPlan
 from tests.support.bundles import lock_digest, lock_entry, make_manifest, write_bundle, write_lock
 from tests.support.hosts import ALICE, HostFixture, echo_tool, make_host

@@ -25,7 +25,7 @@ from typing import Any
 from host.egress.policy import EgressPolicy
 from host.egress.port import HttpRequest
 from host.egress.session import EgressSession
-from host.manifest import CredentialMapping, HttpConfig
+from host.formats.manifest import CredentialMapping, HttpConfig
 from host.redact import Redactor
 from host.secrets import SecretValue
 

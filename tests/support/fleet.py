@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from host import FilePolicyEngine
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from host.policy.bindings import package_binding
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
-from host.registry import Binding, FrozenRegistry
+from host.trust.registry import Binding, FrozenRegistry
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
 from tests.support.hosts import echo_manifest, echo_tool
 from tests.support.wat import echo_component

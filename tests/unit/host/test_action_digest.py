@@ -17,8 +17,8 @@ import pytest
 
 from host import Principal
 from host.call.prepare import action_digest
-from host.manifest import Effect, PackageManifest, Risk
-from host.registry import Binding, FrozenRegistry, ToolDefinition
+from host.formats.manifest import Effect, PackageManifest, Risk
+from host.trust.registry import Binding, FrozenRegistry, ToolDefinition
 from tests.support.bundles import make_manifest, manifest_bytes
 
 PRINCIPAL = Principal(project="acme", subject="alice")

@@ -17,7 +17,7 @@ from host import FilePolicyEngine
 from host._files import open_regular, read_regular
 from host.config import HostConfig
 from host.errors import LockInvalid, PolicyUnavailable, StockadeError
-from host.lock import TrustedKeys, load_lock
+from host.trust.lock import TrustedKeys, load_lock
 from sdk.bundle import read_bundle
 from sdk.commands._common import CommandFailed
 from sdk.commands.sign import read_key

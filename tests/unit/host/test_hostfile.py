@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from host.errors import ConfigInvalid
-from host.hostfile import FILE_NAME, find_host_file, load_host_file, render_host_file
+from host.formats.hostfile import FILE_NAME, find_host_file, load_host_file, render_host_file
 
 
 def test_rendered_file_loads_back_with_paths_relative_to_the_file(tmp_path: Path) -> None:

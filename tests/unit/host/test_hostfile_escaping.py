@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from host.hostfile import load_host_file, render_host_file
+from host.formats.hostfile import load_host_file, render_host_file
 from tests.support.cli import cli_env, json_out, run_cli
 
 if sys.version_info >= (3, 11):

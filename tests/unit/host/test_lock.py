@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from host.config import HostConfig
 from host.errors import LockInvalid, SignatureInvalid
-from host.lock import MAX_MODULE_BYTES, PackageLock, TrustedKeys, key_id_for, load_lock, statement_for
+from host.trust.lock import MAX_MODULE_BYTES, PackageLock, TrustedKeys, key_id_for, load_lock, statement_for
 from sdk.bundle import generate_keypair, load_private_key, read_bundle, sign_package, write_keys_file
 from tests.support.bundles import lock_document, lock_entry, make_manifest, write_bundle, write_lock
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from host.config import DEFAULT_CEILINGS
 from host.errors import ManifestInvalid
-from host.manifest import MAX_MANIFEST_BYTES, Effect, PackageManifest, Risk, is_semver
+from host.formats.manifest import MAX_MANIFEST_BYTES, Effect, PackageManifest, Risk, is_semver
 from tests.support.bundles import make_manifest, make_tool, manifest_bytes
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"

@@ -18,11 +18,11 @@ from host import Principal
 from host.approvals import ApprovalAuthority, approval_binds
 from host.call.prepare import prepare
 from host.errors import ApprovalInvalid, PolicyDenied
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from host.policy.engine import FilePolicyEngine
 from host.policy.grants import SessionGrants
 from host.policy.toolpolicy import ToolPolicyStore
-from host.registry import Binding, FrozenRegistry
+from host.trust.registry import Binding, FrozenRegistry
 from host.types import CallRequest, InvocationPlan
 from tests.support.bundles import make_manifest, make_tool, manifest_bytes
 

@@ -8,8 +8,8 @@ import pickle
 import pytest
 
 from host.errors import LockInvalid, ToolNotFound
-from host.manifest import PackageManifest
-from host.registry import Binding, FrozenRegistry, ToolDefinition
+from host.formats.manifest import PackageManifest
+from host.trust.registry import Binding, FrozenRegistry, ToolDefinition
 from tests.support.bundles import make_manifest, make_tool, manifest_bytes
 
 

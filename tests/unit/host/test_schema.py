@@ -1,4 +1,4 @@
-"""The bounded schema subset (host.schema, docs/design.md §5).
+"""The bounded schema subset (host.formats.schema, docs/design.md §5).
 
 The attacks: a manifest smuggling a keyword the host does not enforce (so the model or
 author believes in a constraint that is not there), schemas or values sized to exhaust
@@ -19,7 +19,7 @@ import pytest
 
 from host.canonical import MAX_SAFE_INTEGER
 from host.errors import InputInvalid, SchemaInvalid
-from host.schema import (
+from host.formats.schema import (
     DEFAULT_MAX_BYTES,
     MAX_DEPTH,
     MAX_DESCRIPTION_CHARS,

@@ -2,7 +2,7 @@
 
 A hand-written validator is only trustworthy if it accepts and refuses exactly what the
 standard says. For schemas generated inside the subset and values generated around their
-bounds (valid and invalid), ``host.schema`` must agree with ``jsonschema``. Deliberate
+bounds (valid and invalid), ``host.formats.schema`` must agree with ``jsonschema``. Deliberate
 divergences are kept out of the generated values: lone surrogates and non-finite floats
 (we refuse them; jsonschema does not care) and the byte budget (values stay tiny).
 """
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from host.errors import InputInvalid
-from host.schema import canonicalize, check_schema
+from host.formats.schema import canonicalize, check_schema
 from tests.support.schemas import root_object_schemas, subset_schemas, values_for
 
 # values_for draws one value per schema node, so examples are larger than hypothesis

@@ -1,4 +1,4 @@
-"""Differential test of the external schema profile (``host.schemaprofile``) against the
+"""Differential test of the external schema profile (``host.formats.schemaprofile``) against the
 official JSON-Schema-Test-Suite (Draft 2020-12 files of the keywords it accepts, vendored in
 ``tests/fixtures/json-schema-test-suite``).
 
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from host.errors import InputInvalid, SchemaInvalid
-from host.schemaprofile import canonicalize_external, check_external
+from host.formats.schemaprofile import canonicalize_external, check_external
 
 SUITE = Path(__file__).resolve().parents[2] / "fixtures" / "json-schema-test-suite" / "draft2020-12"
 BUDGET = 64 * 1024

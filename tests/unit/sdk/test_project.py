@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from host.errors import ManifestInvalid
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
 from sdk.build import build_project
 from sdk.project import PLACEHOLDER_SHA256, load_project
 

@@ -248,7 +248,7 @@ def test_allow_list_must_be_a_list(entries: object) -> None:
 def test_credential_host_must_be_admitted_by_allowlist(
     policy: EgressPolicy, credential_host: str, admitted: bool
 ) -> None:
-    # the manifest's rule (host/manifest.py): some allow entry covers the credential's host
+    # the manifest's rule (host/formats/manifest.py): some allow entry covers the credential's host
     assert any(rule.pattern.covers(parse_host_pattern(credential_host)) for rule in policy.rules) is admitted
 
 

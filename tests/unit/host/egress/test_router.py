@@ -13,7 +13,7 @@ import pytest
 from host.egress.router import CredentialRouter, Route, apply_injections
 from host.egress.urls import normalize_url, parse_host_pattern, path_matches
 from host.errors import CredentialUnavailable, EgressDenied
-from host.manifest import CredentialMapping
+from host.formats.manifest import CredentialMapping
 from host.secrets import SecretValue
 
 

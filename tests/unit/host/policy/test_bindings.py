@@ -15,9 +15,9 @@ import pytest
 
 from host.call.host import _GENERATION_FIELDS
 from host.errors import ToolNotFound
-from host.manifest import PackageManifest
+from host.formats.manifest import PackageManifest
+from host.formats.mcppin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, PinnedTool, tool_digest
 from host.mcpsource.hosting import binding_digests
-from host.mcpsource.pin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, PinnedTool, tool_digest
 from host.policy.bindings import BoundGrants, grant_key, package_binding
 from host.policy.grants import SessionGrants
 from host.policy.toolpolicy import (
@@ -27,7 +27,7 @@ from host.policy.toolpolicy import (
     ToolPolicyStore,
     ToolSelector,
 )
-from host.registry import Binding, FrozenRegistry, ToolDefinition
+from host.trust.registry import Binding, FrozenRegistry, ToolDefinition
 from tests.support.bundles import make_manifest, make_tool, sha256
 
 A, W = "alice", "p"

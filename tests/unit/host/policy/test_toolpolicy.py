@@ -14,7 +14,7 @@ import pytest
 
 from host.canonical import canonical_json
 from host.errors import PolicyUnavailable
-from host.manifest import Effect
+from host.formats.manifest import Effect
 from host.policy.toolpolicy import (
     CAP_FILE,
     ClassSelector,

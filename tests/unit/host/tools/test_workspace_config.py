@@ -8,7 +8,7 @@ import pytest
 
 from host.config import WorkspaceGrant
 from host.errors import ConfigInvalid
-from host.hostfile import load_host_file
+from host.formats.hostfile import load_host_file
 
 
 def _write(tmp_path: Path, body: str) -> Path:

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Final, NoReturn, final
 
 from host.errors import LockInvalid, ToolNotFound
-from host.manifest import Effect, PackageManifest, RateLimit, Risk, ToolSpec
+from host.formats.manifest import Effect, PackageManifest, RateLimit, Risk, ToolSpec
 
 __all__ = ["MAX_DEFINITIONS", "Binding", "FrozenRegistry", "ToolDefinition"]
 
@@ -81,7 +81,7 @@ class ToolDefinition:
     description: str
     input_schema: Mapping[str, Any] = field(repr=False)
     output_schema: Mapping[str, Any] | None = field(repr=False)
-    schema_profile: str | None  # None: the bounded subset; else host.schemaprofile.PROFILE_EXTERNAL
+    schema_profile: str | None  # None: the bounded subset; else host.formats.schemaprofile.PROFILE_EXTERNAL
     effect: Effect
     risk: Risk
     permissions: tuple[str, ...]

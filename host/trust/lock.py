@@ -9,7 +9,7 @@
      "signature": {"key_id": "<16 hex>", "signature": "<base64 Ed25519>"}}
 
 An entry pulled from an OCI registry also has an optional ``source`` (format
-``stockade.source.oci/1``, see :mod:`host.bundlestore`); its ``bundle`` must then be the
+``stockade.source.oci/1``, see :mod:`host.trust.bundlestore`); its ``bundle`` must then be the
 content-addressed store directory of the source digest. An entry without a source is
 serialized without the key, so locks written before sources existed keep their digest.
 
@@ -50,8 +50,8 @@ Verification order in :func:`load_lock` (each step fails closed):
 3. parse the manifest (MANIFEST_INVALID) and check it names the locked package, version
    and module digest.
 
-:class:`host.lockstate.LockState` (re-exported here) then moves the accepted state
-forward only: see :mod:`host.lockstate`.
+:class:`host.trust.lockstate.LockState` (re-exported here) then moves the accepted state
+forward only: see :mod:`host.trust.lockstate`.
 
 Example::
 
@@ -82,7 +82,6 @@ from pydantic import (
 )
 
 from host._files import read_regular
-from host.bundlestore import OciSource, store_bundle_path
 from host.canonical import digest_json, parse_json, sha256_hex
 from host.config import HostConfig
 from host.errors import (
@@ -93,17 +92,8 @@ from host.errors import (
     ManifestInvalid,
     SignatureInvalid,
 )
-from host.lockstate import (
-    MAX_GENERATION_STEP,
-    AcceptedState,
-    LockState,
-    _check_name,
-    _check_version,
-    semver_precedence,
-)
-from host.manifest import MAX_MANIFEST_BYTES, PackageManifest
-from host.mcpsource.pin import McpLockEntry, namespaces_conflict
-from host.registry import Binding, FrozenRegistry
+from host.formats.manifest import MAX_MANIFEST_BYTES, PackageManifest
+from host.formats.mcppin import McpLockEntry, namespaces_conflict
 from host.signing import (
     KEYS_FORMAT,
     TrustedKeys,
@@ -113,6 +103,16 @@ from host.signing import (
     lock_statement,
     statement_for,
 )
+from host.trust.bundlestore import OciSource, store_bundle_path
+from host.trust.lockstate import (
+    MAX_GENERATION_STEP,
+    AcceptedState,
+    LockState,
+    _check_name,
+    _check_version,
+    semver_precedence,
+)
+from host.trust.registry import Binding, FrozenRegistry
 
 __all__ = [
     "KEYS_FORMAT",
@@ -211,7 +211,7 @@ class PackageLock(_Model):
     previous: Sha256Hex | None
     packages: Annotated[tuple[LockEntry, ...], Field(max_length=MAX_PACKAGES)]
     signature: LockSignature | None = None
-    # External MCP sources (host.mcpsource.pin); omitted when empty so older locks keep their digest.
+    # External MCP sources (host.formats.mcppin); omitted when empty so older locks keep their digest.
     mcp: Annotated[tuple[McpLockEntry, ...], Field(max_length=MAX_PACKAGES)] = ()
 
     @model_validator(mode="after")

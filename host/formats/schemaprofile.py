@@ -1,6 +1,6 @@
 """The external schema profile of pinned MCP tools, ``stockade.schema-profile/external-1``.
 
-Stockade packages keep the bounded subset of :mod:`host.schema` (docs/design.md §5): their
+Stockade packages keep the bounded subset of :mod:`host.formats.schema` (docs/design.md §5): their
 authors control their schemas. A third party's MCP server does not adapt to Stockade, and
 the host cannot rewrite its schemas without changing what the server accepts, so a pinned
 MCP tool is checked against a second, explicit profile instead:
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 PROFILE_BOUNDED: Final = "stockade.schema-profile/bounded-1"
-"""The bounded subset of :mod:`host.schema` (docs/design.md §5), for Stockade packages."""
+"""The bounded subset of :mod:`host.formats.schema` (docs/design.md §5), for Stockade packages."""
 PROFILE_EXTERNAL: Final = "stockade.schema-profile/external-1"
 """This module's profile, for pinned MCP tools."""
 

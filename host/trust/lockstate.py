@@ -2,8 +2,8 @@
 
 CONTRIBUTING.md principle 8: verified first, persisted afterwards, never backwards.
 
-Re-exported by :mod:`host.lock`. :class:`LockState` moves the accepted state of a host
-forward only, after :func:`host.lock.load_lock` verified a lock. Each of these raises
+Re-exported by :mod:`host.trust.lock`. :class:`LockState` moves the accepted state of a host
+forward only, after :func:`host.trust.lock.load_lock` verified a lock. Each of these raises
 LOCK_ROLLBACK (``details["reason"]``) and leaves the state file untouched:
 
 - ``rollback``: a lower generation than the accepted one;
@@ -49,7 +49,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from host._files import atomic_write, interprocess_lock, read_regular
 from host.canonical import canonical_json, parse_json
 from host.errors import InputInvalid, LockInvalid, LockRollback
-from host.manifest import is_name, is_semver
+from host.formats.manifest import is_name, is_semver
 
 __all__ = [
     "MAX_GENERATION_STEP",
@@ -82,7 +82,7 @@ class _OfferedDocument(Protocol):
 
 
 class OfferedLock(Protocol):
-    """What the forward-only rules read of a verified lock (:class:`host.lock.LoadedLock`).
+    """What the forward-only rules read of a verified lock (:class:`host.trust.lock.LoadedLock`).
 
     Named by what it uses, so this module does not import the lock module, which builds
     on it.
@@ -149,7 +149,7 @@ def semver_precedence(version: str) -> _Precedence:
     by ASCII; a shorter identifier list sorts first when it is a prefix of a longer one.
 
     Args:
-        version: a canonical SemVer version (see :func:`host.manifest.is_semver`).
+        version: a canonical SemVer version (see :func:`host.formats.manifest.is_semver`).
 
     Raises:
         ValueError: ``version`` is not canonical SemVer (caller misuse).

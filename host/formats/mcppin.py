@@ -43,8 +43,8 @@ from host._files import read_regular
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import Ceilings
 from host.errors import DigestMismatch, InputInvalid, LockInvalid, ManifestInvalid, SignatureInvalid
-from host.manifest import Effect, PackageManifest, Risk, is_name, is_semver
-from host.schemaprofile import PROFILE_EXTERNAL, unbounded
+from host.formats.manifest import Effect, PackageManifest, Risk, is_name, is_semver
+from host.formats.schemaprofile import PROFILE_EXTERNAL, unbounded
 from host.signing import STATEMENT_MCP_SOURCE, signed_statement
 
 __all__ = [
@@ -262,7 +262,7 @@ class PinnedTool(_Model):
     definition: dict[str, Any]  # exactly what the server listed (see tool_digest)
     effect: Effect = Effect.EXTERNAL
     risk: Risk = Risk.HIGH
-    # The schema profile the tool's schemas were checked against (host.schemaprofile).
+    # The schema profile the tool's schemas were checked against (host.formats.schemaprofile).
     schema_profile: Literal["stockade.schema-profile/external-1"] = PROFILE_EXTERNAL
     # The reviewer's tighter input schema (``add-mcp --schema TOOL=FILE``): an input must
     # satisfy it and the server's own; signed with the pin.
@@ -383,7 +383,7 @@ def stockade_tool_name(remote: str) -> str:
     every run of characters other than ``[a-z0-9]`` becomes one ``-`` (``read_text_file``
     → ``read-text-file``, ``a.b`` → ``a-b``), and leading/trailing separators are dropped.
     The result may still not be a Stockade name (empty, leading digit, over 64
-    characters); :func:`host.manifest.is_name` decides, and the tool is refused if not.
+    characters); :func:`host.formats.manifest.is_name` decides, and the tool is refused if not.
     """
     text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", remote[:200])
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
