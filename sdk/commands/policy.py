@@ -256,7 +256,7 @@ def _locked(args: argparse.Namespace) -> tuple[Any, str]:
         offered.append(f"{tool.name}@{tool.version}")
     raise ToolNotFound(
         f"no tool {name}@{version} in {args.lock}",
-        hint=f"tools in the lock: {', '.join(offered) or 'none'}",
+        hint=f"tools in the lock and the host tools of the config file: {', '.join(offered) or 'none'}",
     )
 
 
@@ -271,7 +271,7 @@ def _host_tools(args: argparse.Namespace, generation: int) -> list[tuple[Any, st
     settings = getattr(args, "host_file", None)
     if settings is None or not settings.workspaces:
         return []
-    from host.policy.bindings import package_binding
+    from host.policy.bindings import package_bindings
     from host.tools import host_tools_for
     from host.trust.registry import FrozenRegistry
     from sdk.commands._common import host_config
@@ -281,11 +281,9 @@ def _host_tools(args: argparse.Namespace, generation: int) -> list[tuple[Any, st
         return []
     try:
         items = list(tools.registry_items(generation))
-        registry = FrozenRegistry.from_packages(items)
-        return [
-            (spec, package_binding(registry.get(spec.name, spec.version), key_id=None))
-            for manifest, _binding in items for spec in manifest.tools
-        ]
+        bindings = package_bindings(FrozenRegistry.from_packages(items), {})  # as the Host: no signer
+        return [(spec, bindings[(spec.name, spec.version)])
+                for manifest, _ in items for spec in manifest.tools]  # fmt: skip
     finally:
         tools.close()
 
