@@ -28,6 +28,7 @@ from host.canonical import sha256_hex
 from host.config import WorkspaceGrant
 from host.errors import InputInvalid, ToolNotFound
 from host.formats.manifest import Effect, Risk
+from host.text import escape_unsafe
 from host.tools.atomic import TEMP_PREFIX, atomic_replace, sweep_temp_files
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.paths import MAX_PATH_BYTES, RelPath, Workspace, parse_path
@@ -36,7 +37,6 @@ from host.types import Principal
 __all__ = [
     "Workspaces",
     "edit_tool",
-    "escape_preview",
     "line_ending",
     "list_tool",
     "read_tool",
@@ -464,7 +464,7 @@ def _prepare_edit(
         "added": added,
         "removed": removed,
     }
-    return Prepared(bound=bound, preview=escape_preview(diff), record=record, state=state)
+    return Prepared(bound=bound, preview=escape_unsafe(diff, keep_layout=True), record=record, state=state)
 
 
 def _match_lines(text: str, needle: str, limit: int) -> list[int]:
@@ -530,28 +530,6 @@ def _keep(text: str) -> list[str]:
     if parts[-1]:
         out.append(parts[-1])
     return out
-
-
-def escape_preview(text: str) -> str:
-    """Control characters (other than newline and tab) shown as ``\\xNN`` / ``\\r``, so a
-    diff cannot rewrite the terminal or hide a line from the person approving it."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in "\n\t":
-            out.append(ch)
-        elif ch == "\r":
-            out.append("\\r")
-        elif (
-            code < 0x20
-            or code == 0x7F
-            or 0x80 <= code < 0xA0
-            or ch in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-        ):
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 # -- fs.list ----------------------------------------------------------------------------

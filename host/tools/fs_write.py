@@ -17,6 +17,7 @@ import stat
 from host.canonical import sha256_hex
 from host.errors import InputInvalid
 from host.formats.manifest import Effect, Risk
+from host.text import escape_unsafe
 from host.tools.atomic import atomic_create
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.fs import (
@@ -30,7 +31,6 @@ from host.tools.fs import (
     _not_text,
     _object,
     _too_large,
-    escape_preview,
 )
 from host.tools.paths import RelPath
 
@@ -84,7 +84,10 @@ def write_tool(workspaces: Workspaces) -> HostTool:
                  "size_after": len(data)}  # fmt: skip
         record = dict(bound)
         return Prepared(
-            bound=bound, preview=escape_preview(diff), record=record, state={"data": data, "added": added}
+            bound=bound,
+            preview=escape_unsafe(diff, keep_layout=True),
+            record=record,
+            state={"data": data, "added": added},
         )
 
     def run(call: HostCall, prepared: Prepared | None) -> Ran:

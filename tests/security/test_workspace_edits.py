@@ -86,7 +86,7 @@ def test_preview_escapes_control_characters(fs: FsHost) -> None:
     assert plan.preview.detail is not None
     assert "\x1b" not in plan.preview.detail and "\\u001b[2J" in plan.preview.detail
     assert (
-        "\u202e" not in str(plan.preview) and "\\u202e" in str(plan.preview) and "\\r" in plan.preview.detail
+        "\u202e" not in str(plan.preview) and "\\u202e" in str(plan.preview) and "\\u000d" in plan.preview.detail
     )
 
 
@@ -202,3 +202,13 @@ def test_component_walk_fallback_refuses_every_symlink(tmp_path: Path) -> None:
             assert caught.value.details["reason"] == "symlink", parts
     finally:
         ws.close()
+
+
+def test_preview_escapes_zero_width_and_line_separators_in_the_diff(fs: FsHost) -> None:
+    # The diff used to have its own escaping rule, which let a zero-width space inside a
+    # changed word and U+2028 (a line break for some renderers) through unescaped.
+    plan = fs.prepare_edit(path="f.txt", old_text="beta", new_text="pass\u200bword\u2028hidden\ufeff")
+    detail = plan.preview.detail
+    assert detail is not None
+    assert not any(ch in detail for ch in "\u200b\u2028\ufeff")
+    assert "+pass\\u200bword\\u2028hidden\\ufeff" in detail.splitlines()
