@@ -90,6 +90,7 @@ def manifest_changes(package: str, old: PackageManifest | None, new: PackageMani
     old_http = old.http if old is not None else None
     yield from _allow_changes(package, old_http.allow if old_http else (), new.http.allow)
     yield from _credential_changes(package, old_http.credentials if old_http else (), new.http.credentials)
+    yield from _workspace_changes(package, _workspace_read(old), _workspace_read(new))
     if old is not None:
         yield from _limit_changes(
             package, "limits", old.limits.model_dump(), new.limits.model_dump(), _LIMITS
@@ -407,6 +408,35 @@ def _why_wider(olds: Sequence[AllowEntry], entry: AllowEntry) -> tuple[str, str]
     known = {m for o in path_ok for m in o.methods}
     added = [m for m in entry.methods if m not in known]
     return "http.methods", f"new methods {', '.join(added)}"
+
+
+# --- workspace ----------------------------------------------------------------------------
+
+
+def _workspace_read(manifest: PackageManifest | None) -> tuple[str, ...]:
+    if manifest is None or manifest.workspace is None:
+        return ()
+    return manifest.workspace.read
+
+
+def _beneath(path: str, directory: str) -> bool:
+    return directory in (".", path) or path.startswith(directory + "/")
+
+
+def _workspace_changes(package: str, olds: Sequence[str], news: Sequence[str]) -> Iterator[Change]:
+    """A declared directory no old one covers is an escalation; ``docs`` → ``.`` is wider."""
+    for path in news:
+        if not any(_beneath(path, old) for old in olds):
+            wider = [old for old in olds if _beneath(old, path)]
+            detail = (
+                f"reads a wider part of the workspace: {path} (was {', '.join(wider)})"
+                if wider
+                else f"reads workspace files: {path}"
+            )
+            yield Change("workspace.read", package, detail, True, new=path, old=wider or None)
+    for path in olds:
+        if not any(_beneath(path, new) for new in news):
+            yield Change("workspace.narrowed", package, f"no longer reads {path}", False, old=path)
 
 
 # --- credentials --------------------------------------------------------------------------

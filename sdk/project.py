@@ -21,6 +21,9 @@ to one; the build adds ``format`` and ``module`` and fills a few defaults::
     # allow entries: scheme defaults to "https", port to the scheme's default (null)
     timeout_ms = 30_000            # also max_request_bytes, max_response_bytes (DEFAULT_HTTP)
 
+    [workspace]                    # -> "workspace"; optional: no workspace files at all
+    read = ["docs", "src"]         # read-only preopens at /workspace/<path>, where granted
+
     [[http.credentials]]           # -> "http.credentials", key for key
     secret = "tracker_token"
     location = { type = "bearer" }

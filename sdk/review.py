@@ -2,7 +2,8 @@
 
 A **capability report** (:func:`bundle_report`, :func:`lock_report`) lists everything a
 package may do, from its manifest and its component's imports, without running it:
-hosts, ports, path prefixes and methods it may reach; every credential by secret name,
+hosts, ports, path prefixes and methods it may reach; the workspace directories it may
+read (read-only preopens, only where the operator grants a workspace); every credential by secret name,
 where it is injected and for which hosts and paths; its limits; each tool's effect,
 risk, permissions, timeout, rate limit and schemas; and the component's imports as
 wasmtime reports them (judged by :func:`host.runtime.checks.check_component`).
@@ -27,6 +28,9 @@ that widen what a package may do or what runs without a person's approval. Rules
 - credentials: a new secret (``credential.added``), a new injection location
   (``credential.location``), new hosts (``credential.hosts``) or paths
   (``credential.paths``) escalate;
+- workspace: a ``workspace.read`` directory no old entry covers escalates
+  (``workspace.read``; ``docs`` → ``.`` is wider); one no longer declared is shown
+  (``workspace.narrowed``);
 - limits (``limits.*`` and ``http.*`` byte and time limits) raised escalate;
 - source (where a registry bundle came from, ``stockade.source.oci/1``): another
   repository (``source.changed``), a package newly pulled from a registry
@@ -494,8 +498,8 @@ def package_report(
 
     Returns:
         ``{"name", "version", "description", "homepage", "bundle", "source",
-        "manifest_sha256", "module_sha256", "signature", "limits", "http", "tools",
-        "component"}``; each tool carries its ``binding_digest`` (what a user's allow of
+        "manifest_sha256", "module_sha256", "signature", "limits", "http", "workspace_read",
+        "tools", "component"}``; each tool carries its ``binding_digest`` (what a user's allow of
         it is bound to, :mod:`host.policy.bindings`; the signer's key id is part of it).
     """
     bindings = _binding_digests(manifest, signature)
@@ -511,6 +515,7 @@ def package_report(
         "signature": dict(signature) if signature is not None else None,
         "limits": manifest.limits.model_dump(),
         "http": _http_report(manifest),
+        "workspace_read": [] if manifest.workspace is None else list(manifest.workspace.read),
         "tools": [
             {**_tool_report(tool), "binding_digest": bindings[tool.name, tool.version]}
             for tool in manifest.tools

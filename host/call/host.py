@@ -99,6 +99,7 @@ from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
 from host.tools import host_tools_for
 from host.tools.base import HostToolSet, stale
+from host.tools.preopens import PluginReads, unblock_fifos_after
 from host.trust.registry import FrozenRegistry, ToolDefinition
 from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage
 
@@ -545,16 +546,36 @@ class Host:
             return mcp_hosting.invoke(
                 source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
             )
-        return self._runtime.run(
-            self._packages[tool.binding.package].component,
-            tool=tool.name,
-            input_json=call.plan.canonical_input.decode("utf-8"),
-            limits=limits,
-            egress=egress if report is _no_progress else ReportingEgress(egress, report),
-            secret_available=call.staged.__contains__,
-            scrub=call.redactor.text,
-            interrupt=cancel,
-        )
+        reads = self._plugin_reads(call)
+        try:
+            with unblock_fifos_after(reads, limits.timeout_ms / 1000):
+                return self._runtime.run(
+                    self._packages[tool.binding.package].component,
+                    tool=tool.name,
+                    input_json=call.plan.canonical_input.decode("utf-8"),
+                    limits=limits,
+                    egress=egress if report is _no_progress else ReportingEgress(egress, report),
+                    secret_available=call.staged.__contains__,
+                    scrub=call.redactor.text,
+                    interrupt=cancel,
+                    preopens=reads.preopens,
+                )
+        finally:
+            reads.close()
+
+    def _plugin_reads(self, call: _Admitted) -> PluginReads:
+        """The read-only workspace preopens of a package tool's call (host.tools.preopens),
+        recorded in the call's outcome."""
+        workspace = call.tool.package.workspace
+        if workspace is None:
+            return PluginReads()
+        principal = call.plan.request.principal
+        if self._host_tools is None:
+            reads = PluginReads(withheld=[(path, "no_workspace") for path in workspace.read])
+        else:
+            reads = self._host_tools.plugin_reads(principal, workspace.read)
+        call.outcome = {"workspace": reads.record()}
+        return reads
 
     def _failed(self, call: _Admitted, failure: StockadeError, egress: EgressPort) -> CallResult:
         """The outcome of a call that failed after its plan was admitted (recorded)."""
@@ -567,6 +588,7 @@ class Host:
             tool=call.tool,
             redactor=call.redactor,
             guest_log=failure.details.get("log"),
+            outcome=call.outcome,
         )
 
     def _succeeded(
@@ -710,7 +732,7 @@ class _Admitted:
     started: float  # time.monotonic() when step 7 began
     staged: Mapping[str, SecretValue] = field(default_factory=dict)
     redactor: Redactor = NO_REDACTION
-    outcome: Mapping[str, Any] | None = None  # a host tool's audit outcome fields
+    outcome: Mapping[str, Any] | None = None  # a host tool's (or preopens') audit outcome fields
 
 
 def _open_state_dir(state_dir: Path) -> None:

@@ -183,6 +183,7 @@ def refuse(
     tool: ToolDefinition | None = None,
     redactor: Redactor | None = None,
     guest_log: object = None,
+    outcome: Mapping[str, Any] | None = None,
 ) -> CallResult:
     """Append the outcome record of a refused or failed call, then build its result.
 
@@ -202,6 +203,8 @@ def refuse(
         record["action_digest"] = digest
     if usage is not None:
         record["usage"] = usage.to_dict()
+    if outcome:
+        record["outcome"] = dict(outcome)
     audit_id: str | None = None
     try:
         audit_id = audit.append("call.outcome", record)

@@ -56,6 +56,7 @@ from host.egress.urls import (
     parse_host_pattern,
 )
 from host.errors import InputInvalid, ManifestInvalid, SchemaInvalid
+from host.formats.relpath import parse_path
 from host.formats.schema import check_schema
 from host.formats.schemaprofile import PROFILE_EXTERNAL, check_external
 
@@ -80,6 +81,7 @@ __all__ = [
     "RateLimit",
     "Risk",
     "ToolSpec",
+    "WorkspaceAccess",
     "is_name",
     "is_semver",
 ]
@@ -93,6 +95,8 @@ MAX_PROBLEMS: Final = 100  # problems listed in one ManifestInvalid; the rest ar
 MAX_TOOLS: Final = 128  # docs/design.md §5; Ceilings.max_tools may only lower it
 MAX_PERMISSIONS: Final = 16  # docs/design.md §3; Ceilings.max_permissions may only lower it
 MAX_TOOL_TIMEOUT_S: Final = 3600  # docs/design.md §3
+MAX_WORKSPACE_PATHS: Final = 16  # entries of workspace.read
+MAX_WORKSPACE_PATH_CHARS: Final = 1024  # characters of one workspace.read entry
 HTTP_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _NAME_RE: Final = re.compile(r"[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*")
@@ -287,6 +291,25 @@ def _schema_checker(*, root_object: bool) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _check_workspace_path(value: str) -> str:
+    try:
+        normal = parse_path(value).text
+    except InputInvalid as exc:
+        raise ValueError(exc.message) from None
+    if normal != value:
+        raise ValueError(f"{value!r} is not in normal form (write {normal!r})")
+    return value
+
+
+def _check_workspace_paths(value: tuple[str, ...]) -> tuple[str, ...]:
+    _unique(value)
+    for path in value:
+        for other in value:
+            if other != path and (other == "." or path.startswith(other + "/")):
+                raise ValueError(f"{path!r} is already covered by {other!r}")
+    return value
+
+
 Name = Annotated[str, AfterValidator(_check_name)]
 SemVer = Annotated[str, AfterValidator(_check_semver)]
 Sha256Hex = Annotated[str, AfterValidator(_check_sha256)]
@@ -297,6 +320,9 @@ CredentialHost = Annotated[str, Field(min_length=1, max_length=300), AfterValida
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 Description = Annotated[str, Field(max_length=4096)]
 JsonSchema = dict[str, Any]
+WorkspacePath = Annotated[
+    str, Field(min_length=1, max_length=MAX_WORKSPACE_PATH_CHARS), AfterValidator(_check_workspace_path)
+]
 
 
 class _Model(BaseModel):
@@ -449,6 +475,25 @@ class ToolSpec(_Model):
     rate_limit: RateLimit | None = None
 
 
+class WorkspaceAccess(_Model):
+    """``workspace``: the parts of the principal's workspace the package's tools may read.
+
+    Each entry is a directory relative to the workspace root the operator granted to the
+    calling principal (the grammar of :mod:`host.formats.relpath`, already in normal
+    form; ``.`` is the whole root; no entry beneath another). A call gets each as a
+    read-only WASI preopen at ``/workspace/<path>`` (``/workspace`` for ``.``) only when
+    the operator granted that principal a root; a package never chooses the root, and
+    never gets write access (edits go through the host's ``fs.*`` tools, where the person
+    approves the diff).
+    """
+
+    read: Annotated[
+        tuple[WorkspacePath, ...],
+        Field(min_length=1, max_length=MAX_WORKSPACE_PATHS),
+        AfterValidator(_check_workspace_paths),
+    ]
+
+
 class PackageManifest(_Model):
     """The whole ``manifest.json`` of a bundle (docs/design.md §3).
 
@@ -461,6 +506,7 @@ class PackageManifest(_Model):
     limits: Limits
     http: HttpConfig
     tools: tuple[ToolSpec, ...]
+    workspace: WorkspaceAccess | None = None  # None: the package reads no workspace files
 
     @classmethod
     def from_json(
@@ -512,6 +558,8 @@ class PackageManifest(_Model):
     def to_json(self) -> bytes:
         """The manifest as RFC 8785 canonical JSON bytes."""
         doc = self.model_dump(mode="json")
+        if doc.get("workspace") is None:  # a package's bytes stay as before the field existed
+            doc.pop("workspace", None)
         for tool in doc["tools"]:  # a package's bytes stay as before the profile field existed
             if tool.get("schema_profile") is None:
                 tool.pop("schema_profile", None)
@@ -566,6 +614,13 @@ def _cross_problems(doc: dict[str, Any], ceilings: Ceilings) -> list[dict[str, s
     http = doc.get("http")
     if isinstance(http, dict):
         problems.extend(_credential_host_problems(http))
+    workspace = doc.get("workspace")
+    if isinstance(workspace, dict) and set(workspace) - {"read"}:
+        problems.append({
+            "loc": "workspace",
+            "msg": "a package gets only read access to the workspace (`read`); changes go through the "
+            "host's fs.edit_file / fs.write_file, whose diff a person approves",
+        })
     return problems
 
 

@@ -13,7 +13,9 @@ Package tool (``kind: "package"``)::
      "http_allow": [each http.allow entry: scheme, host, port, path_prefix, methods; sorted],
      "credentials": [each http.credentials mapping: secret, location, hosts,
                      path_prefixes, optional; sorted],
-     "signer": <the lock entry's key_id, or null when unsigned>}
+     "signer": <the lock entry's key_id, or null when unsigned>,
+     "workspace_read": [sorted workspace.read entries; the key is absent when the
+                        manifest declares no workspace access]}
 
 Not included: the package or tool version, the lock generation, the manifest and module
 digests, descriptions, schemas, limits and timeouts. An upgrade that changes only code or
@@ -70,7 +72,7 @@ def _sorted_dumps(items: Iterable[Any]) -> list[Any]:
 def package_document(tool: ToolDefinition, *, key_id: str | None) -> dict[str, Any]:
     """The canonical document a package tool's binding digest covers (module docstring)."""
     http = tool.package.http
-    return {
+    document: dict[str, Any] = {
         "domain": BINDING_DOMAIN,
         "kind": "package",
         "tool": tool.name,
@@ -81,6 +83,10 @@ def package_document(tool: ToolDefinition, *, key_id: str | None) -> dict[str, A
         "credentials": [] if http is None else _sorted_dumps(http.credentials),
         "signer": key_id,
     }
+    workspace = tool.package.workspace
+    if workspace is not None:  # absent when undeclared: older bindings keep their digests
+        document["workspace_read"] = sorted(workspace.read)
+    return document
 
 
 def package_binding(tool: ToolDefinition, *, key_id: str | None) -> str:

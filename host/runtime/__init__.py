@@ -23,12 +23,13 @@ from host.runtime.models import (
     SandboxUsage,
 )
 from host.runtime.runtime import Runtime
-from host.runtime.sandbox import LoadedComponent
+from host.runtime.sandbox import LoadedComponent, Preopen
 
 __all__ = [
     "CacheStats",
     "LoadedComponent",
     "LogLine",
+    "Preopen",
     "ProgressEvent",
     "Runtime",
     "SandboxLimits",

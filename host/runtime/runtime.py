@@ -56,7 +56,7 @@ from host.runtime.engine import (
 )
 from host.runtime.imports import build_linker
 from host.runtime.models import CacheStats, ProgressEvent, ProgressStage, SandboxLimits, SandboxResult
-from host.runtime.sandbox import LoadedComponent, execute
+from host.runtime.sandbox import LoadedComponent, Preopen, execute
 
 __all__ = ["Runtime"]
 
@@ -202,6 +202,7 @@ class Runtime:
         secret_available: Callable[[str], bool],
         scrub: Callable[[str], str] = lambda s: s,
         interrupt: threading.Event | None = None,
+        preopens: Sequence[Preopen] = (),
     ) -> SandboxResult:
         """Run one call of ``component`` in a fresh store and instance.
 
@@ -217,6 +218,8 @@ class Runtime:
             scrub: removes staged secret values from trap text, tool errors and the log.
             interrupt: set from another thread to stop this call's guest within one
                 epoch tick (cancellation); the call then raises CallCancelled.
+            preopens: read-only directories the guest may read (the caller owns the
+                fds; see :class:`~host.runtime.sandbox.Preopen`).
 
         Raises:
             CallCancelled: ``interrupt`` was set while the guest ran.
@@ -257,6 +260,7 @@ class Runtime:
                 interrupt=interrupt,
                 clock=self._clock,
                 request_body_ceiling=self._config.ceilings.max_request_bytes,
+                preopens=preopens,
             )
         finally:
             with self._guard:

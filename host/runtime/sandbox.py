@@ -2,9 +2,10 @@
 
 Per call: a new ``Store`` and a new instance (never reused), fuel = the manifest's limit,
 an epoch deadline from the timeout (ticks of 10 ms, rounded up, plus one), store limits
-derived from the component's census, WASI with nothing granted (no preopens, no
-environment, no arguments, empty stdin, no network; stdout/stderr into the call log),
-and the host functions bound to this call's :class:`~host.runtime.imports.CallContext`.
+derived from the component's census, WASI with nothing granted (no environment, no
+arguments, empty stdin, no network; stdout/stderr into the call log; no preopens but the
+read-only ones the caller passes, see :class:`Preopen`), and the host functions bound to
+this call's :class:`~host.runtime.imports.CallContext`.
 
 Memory aggregated over all memories. wasmtime's store limiter (the only one wasmtime-py
 exposes) caps each linear memory separately. The census counts the memories the
@@ -49,7 +50,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -76,7 +77,7 @@ from host.runtime.imports import CallContext, activate, deactivate
 from host.runtime.interrupt import InterruptWatch
 from host.runtime.models import ClockBridge, LogLine, SandboxLimits, SandboxResult, SandboxUsage
 
-__all__ = ["TABLE_HEADROOM", "LoadedComponent", "execute", "store_limits"]
+__all__ = ["TABLE_HEADROOM", "LoadedComponent", "Preopen", "execute", "store_limits"]
 
 _compat.apply()
 
@@ -115,6 +116,27 @@ class LoadedComponent:
 
     def __repr__(self) -> str:
         return f"LoadedComponent(name={self.name!r}, sha256={self.sha256[:12]}…)"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Preopen:
+    """A directory a call's guest may read: a read-only WASI preopen.
+
+    Args:
+        fd: an open directory fd owned by the caller (kept open until ``execute``
+            returns). wasmtime opens the directory again through ``/proc/self/fd/<fd>``,
+            which names exactly the inode the caller opened (its race-free resolution
+            beneath a root is the caller's), never a path looked up again.
+        guest_path: where the guest sees it (absolute, e.g. ``/workspace/docs``).
+
+    Read-only is wasmtime's ``fs_mutable=False``: no file or directory may be created,
+    written, renamed, removed or linked beneath it; ``..``, absolute paths and symlinks
+    leading out of it are refused by wasmtime's capability-based resolution.
+    """
+
+    fd: int
+    guest_path: str
 
 
 def store_limits(census: Census, memory_bytes: int, *, extra_instances: int = 0) -> dict[str, int]:
@@ -159,6 +181,7 @@ def execute(
     interrupt: threading.Event | None = None,
     clock: ClockBridge | None = None,
     request_body_ceiling: int = 8 << 20,
+    preopens: Sequence[Preopen] = (),
 ) -> SandboxResult:
     """Run ``call(tool, input_json)`` in a fresh store and instance.
 
@@ -177,6 +200,7 @@ def execute(
             (:mod:`host.runtime.interrupt`); the call then raises CallCancelled.
         clock: the deadline clock installed in ``linker`` (required for WASI guests).
         request_body_ceiling: bytes; a guest request body over it is ``too-large``.
+        preopens: read-only directories the guest may read (WASI guests only).
 
     Raises:
         CallCancelled: ``interrupt`` was set while the guest ran.
@@ -209,7 +233,7 @@ def execute(
     extra = clock.extra_instances if clock is not None and loaded.shape.uses_wasi else 0
     store.set_limits(**store_limits(loaded.census, limits.memory_bytes, extra_instances=extra))
     if loaded.shape.uses_wasi:
-        store.set_wasi(_wasi_config(log))
+        store.set_wasi(_wasi_config(log, preopens))
     outcome = _invoke(store, linker, loaded, context, call_args=(tool, input_json))
     if time.monotonic_ns() > deadline_ns:
         # The wall-time bound of docs/design.md §12: a guest woken from a clamped WASI sleep may
@@ -246,12 +270,15 @@ def execute(
     return _result(outcome.value, usage, lines, scrub)
 
 
-def _wasi_config(log: CallLog) -> wasmtime.WasiConfig:
+def _wasi_config(log: CallLog, preopens: Sequence[Preopen]) -> wasmtime.WasiConfig:
     # A default WasiConfig grants nothing: no preopens, no environment, no arguments,
     # empty stdin, and socket operations are denied (verified against a real listener).
     wasi = wasmtime.WasiConfig()
     wasi.stdout_custom = log.writer("stdout")
     wasi.stderr_custom = log.writer("stderr")
+    for preopen in preopens:
+        # fs_mutable=False: wasmtime's read-only directory and file permissions.
+        wasi.preopen_dir(f"/proc/self/fd/{preopen.fd}", preopen.guest_path, False)
     return wasi
 
 

@@ -17,7 +17,8 @@ Modules:
 - :mod:`host.tools.atomic` — atomic, durable replace and create beneath a directory fd;
 - :mod:`host.tools.fs` — ``fs.read_file``, ``fs.edit_file``, ``fs.list``;
 - :mod:`host.tools.fs_write` — ``fs.write_file`` (create only);
-- :mod:`host.tools.fs_search` — ``fs.search`` (literal, bounded).
+- :mod:`host.tools.fs_search` — ``fs.search`` (literal, bounded);
+- :mod:`host.tools.preopens` — plugins' read-only workspace preopens (``workspace.read``).
 
 Resources (workspace roots, later command entries) come from the operator's
 :class:`~host.config.HostConfig`, never from the model, a client or a manifest.
@@ -63,4 +64,6 @@ def host_tools_for(config: HostConfig, *, protected: Sequence[Path]) -> HostTool
     workspaces = Workspaces(config.workspaces, protected=[config.state_dir, *protected])
     tools = [read_tool(workspaces), edit_tool(workspaces), write_tool(workspaces), list_tool(workspaces),
              search_tool(workspaces)]  # fmt: skip
-    return HostToolSet(tools, ceilings=config.ceilings, close=workspaces.close)
+    return HostToolSet(
+        tools, ceilings=config.ceilings, close=workspaces.close, plugin_reads=workspaces.plugin_reads
+    )

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -45,6 +45,7 @@ from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ApprovalInvalid, StockadeError, ToolFailed
 from host.formats.manifest import Effect, PackageManifest, Risk
+from host.tools.preopens import PluginReads
 from host.trust.registry import Binding, ToolDefinition
 from host.types import InvocationPlan, Principal
 
@@ -151,6 +152,8 @@ class HostToolSet:
         tools: the tools (distinct names).
         ceilings: the host ceilings (the package manifest is validated under them).
         close: called by :meth:`close` (releases the tools' resources, e.g. root fds).
+        plugin_reads: opens a plugin call's read-only workspace preopens
+            (``Workspaces.plugin_reads``); None when no workspace is granted.
 
     Raises:
         ManifestInvalid: a tool's name or schemas leave the manifest rules.
@@ -163,9 +166,11 @@ class HostToolSet:
         *,
         ceilings: Ceilings = DEFAULT_CEILINGS,
         close: Callable[[], None] | None = None,
+        plugin_reads: Callable[[Principal, Sequence[str]], PluginReads] | None = None,
     ) -> None:
         self._tools = {t.name: t for t in tools}
         self._close = close
+        self._plugin_reads = plugin_reads
         self._lock = threading.Lock()
         self._prepared: dict[str, Prepared] = {}  # by bound action digest, oldest first
         groups: dict[str, list[HostTool]] = {}
@@ -185,6 +190,12 @@ class HostToolSet:
         """The registry entries of the built-in packages (one per tool name prefix)."""
         for name, manifest in self.manifests.items():
             yield manifest, Binding(name, HOST_PACKAGE_VERSION, generation, self.digest, self.digest)
+
+    def plugin_reads(self, principal: Principal, declared: Sequence[str]) -> PluginReads:
+        """The read-only preopens of a plugin call (all withheld without workspaces)."""
+        if self._plugin_reads is None:
+            return PluginReads(withheld=[(path, "no_workspace") for path in declared])
+        return self._plugin_reads(principal, declared)
 
     def owns(self, tool: ToolDefinition) -> bool:
         """Whether ``tool`` is one of these host tools (by its exact binding digest)."""

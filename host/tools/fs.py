@@ -32,6 +32,7 @@ from host.text import escape_unsafe
 from host.tools.atomic import TEMP_PREFIX, atomic_replace, sweep_temp_files
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.paths import MAX_PATH_BYTES, RelPath, Workspace, parse_path
+from host.tools.preopens import PluginReads, open_plugin_reads
 from host.types import Principal
 
 __all__ = [
@@ -70,12 +71,14 @@ class Workspaces:
 
     def __init__(self, grants: Sequence[WorkspaceGrant], *, protected: Sequence[Path]) -> None:
         self._items: list[tuple[WorkspaceGrant, Workspace]] = []
+        self._internal: list[tuple[str, ...]] = []  # Stockade's own files inside each root
         try:
             for grant in grants:
                 root = Path(grant.root).resolve()
-                inside = [_relative(root, Path(p)) for p in protected]
-                guarded = (".git", *(p for p in inside if p), *grant.protected)
+                inside = tuple(p for p in (_relative(root, Path(p)) for p in protected) if p)
+                guarded = (".git", *inside, *grant.protected)
                 self._items.append((grant, Workspace(root, protected=guarded, deny=grant.deny)))
+                self._internal.append(inside)
         except BaseException:
             self.close()
             raise
@@ -96,6 +99,14 @@ class Workspaces:
             hint="An operator grants a workspace root in the host configuration ([[workspace]]).",
             reason="no_workspace",
         )
+
+    def plugin_reads(self, principal: Principal, declared: Sequence[str]) -> PluginReads:
+        """A plugin call's read-only preopens of ``declared`` (:mod:`host.tools.preopens`)
+        beneath the principal's root; all withheld (``no_workspace``) without a grant."""
+        for (grant, ws), internal in zip(self._items, self._internal, strict=True):
+            if grant.grants(principal.project, principal.subject):
+                return open_plugin_reads(ws, declared, internal=internal)
+        return open_plugin_reads(None, declared, internal=())
 
     def close(self) -> None:
         """Close every root fd."""

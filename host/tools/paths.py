@@ -2,7 +2,7 @@
 
 Two steps, always in this order:
 
-1. :func:`parse_path` checks the *grammar* of a path the model sent, before any
+1. :func:`~host.formats.relpath.parse_path` checks the *grammar* of a path the model sent, before any
    filesystem call: relative, UTF-8, at most :data:`MAX_PATH_BYTES` bytes, components of at
    most :data:`MAX_COMPONENT_BYTES` bytes, no NUL or other control character, no absolute
    path, no ``..`` component. ``.`` components and empty components are dropped; ``.`` (or
@@ -37,11 +37,11 @@ import fnmatch
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from host.errors import InputInvalid, PolicyDenied, ToolFailed
+from host.formats.relpath import MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RelPath, parse_path
 
 __all__ = [
     "MAX_COMPONENT_BYTES",
@@ -52,66 +52,10 @@ __all__ = [
     "parse_path",
 ]
 
-MAX_PATH_BYTES: Final = 4096  # bytes of a path in UTF-8 (Linux PATH_MAX)
-MAX_COMPONENT_BYTES: Final = 255  # bytes of one path component (Linux NAME_MAX)
-
 _SYS_OPENAT2: Final = 437  # the same number on every Linux architecture (unified table)
 _RESOLVE_NO_MAGICLINKS: Final = 0x02
 _RESOLVE_NO_SYMLINKS: Final = 0x04
 _RESOLVE_BENEATH: Final = 0x08
-
-
-@dataclass(frozen=True, slots=True)
-class RelPath:
-    """A path that passed the grammar: its components beneath the root (empty = the root)."""
-
-    parts: tuple[str, ...]
-
-    @property
-    def text(self) -> str:
-        """The normalized relative path (``"."`` for the root)."""
-        return "/".join(self.parts) or "."
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def parse_path(value: str, *, pointer: str = "/path") -> RelPath:
-    """Check a model-supplied path's grammar (no filesystem call).
-
-    Raises:
-        InputInvalid: with ``pointer`` and ``reason`` (``empty``, ``too_long``, ``nul``,
-            ``control``, ``absolute``, ``dotdot``, ``component_too_long``).
-    """
-
-    def bad(reason: str, message: str) -> InputInvalid:
-        return InputInvalid(
-            f"path {value[:200]!r} {message}",
-            pointer=pointer,
-            reason=reason,
-            hint="Give a path relative to the workspace root, without '..'.",
-        )
-
-    if value == "":
-        raise bad("empty", "is empty (use '.' for the workspace root)")
-    if "\x00" in value:
-        raise bad("nul", "contains a NUL character")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise bad("control", "contains a control character")
-    if len(value.encode("utf-8")) > MAX_PATH_BYTES:
-        raise bad("too_long", f"is longer than {MAX_PATH_BYTES} bytes")
-    if value.startswith("/"):
-        raise bad("absolute", "is absolute")
-    parts: list[str] = []
-    for part in value.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            raise bad("dotdot", "has a '..' component")
-        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
-            raise bad("component_too_long", f"has a component longer than {MAX_COMPONENT_BYTES} bytes")
-        parts.append(part)
-    return RelPath(tuple(parts))
 
 
 class _OpenHow(ctypes.Structure):

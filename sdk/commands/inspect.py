@@ -179,12 +179,14 @@ def summary_lines(p: Mapping[str, Any]) -> list[str]:
     ]
     network = f"{len(allow)} origin(s)" + (f" ({', '.join(flags)})" if flags else "") if allow else "none"
     secrets = sorted({c["secret"] for c in p["http"]["credentials"]})
+    reads = p.get("workspace_read") or []
     return [
         f"tools        {len(tools)}: " + ", ".join(f"{n} {e}" for e, n in sorted(effects.items())),
         f"approval     {', '.join(asking) if asking else 'none by default (every tool is read)'}",
         f"highest risk {risk}",
         f"network      {network}",
         f"secrets      {', '.join(secrets) if secrets else 'none'}",
+        f"workspace    {'read-only: ' + ', '.join(reads) if reads else 'none'}",
     ]
 
 

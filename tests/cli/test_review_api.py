@@ -118,3 +118,35 @@ def test_credential_sent_to_a_new_host_path_pair_escalates() -> None:
 
 def _parse(manifest: dict[str, Any]) -> PackageManifest:
     return PackageManifest.from_json(json.dumps(manifest).encode())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "escalations", "shown"),
+    [
+        (None, ["docs"], [("workspace.read", "docs")], []),  # a new read grant
+        (["docs"], ["docs", "src"], [("workspace.read", "src")], []),
+        (["docs/api"], ["docs"], [("workspace.read", "docs")], []),  # wider
+        (["docs"], ["."], [("workspace.read", ".")], []),  # the whole root
+        (["docs"], ["docs/api"], [], [("workspace.narrowed", "docs")]),
+        (["docs", "src"], ["docs"], [], [("workspace.narrowed", "src")]),
+        (["docs"], ["docs"], [], []),
+    ],
+)
+def test_workspace_read_changes_in_a_diff(
+    old: list[str] | None, new: list[str], escalations: list[tuple[str, str]], shown: list[tuple[str, str]]
+) -> None:
+    base = make_manifest()
+    before = base if old is None else {**base, "workspace": {"read": old}}
+    after = {**base, "workspace": {"read": new}}
+    changes = [c for c in manifest_changes("tracker", _parse(before), _parse(after)) if c.kind.startswith("workspace")]
+    assert [(c.kind, c.new) for c in changes if c.escalation] == escalations
+    assert [(c.kind, c.old) for c in changes if not c.escalation] == shown
+
+
+def test_lock_report_lists_the_workspace_directories_a_package_reads(tmp_path: Path) -> None:
+    module = echo_component()
+    bundle = write_bundle(tmp_path / "b", {**make_manifest(module_bytes=module), "workspace": {"read": ["docs"]}},
+                          module)
+    lock = write_lock(tmp_path / "stockade.lock", [lock_entry(tmp_path, bundle)])
+    [package] = lock_report(lock, imports=False)["packages"]
+    assert package["workspace_read"] == ["docs"]

@@ -12,6 +12,7 @@ Plugins (see each ``stockade.toml``):
 
 - ``echo_py``    benign Python tools: echo, counter, fetch (http), fail, log
 - ``hostile_py`` files, environment, stdlib socket, stdout flood, huge allocation, spin
+- ``reader_py``  reads the workspace through read-only preopens, tries escapes and writes
 - ``sockets_py`` built against ``wit/world.wit``: calls wasi:sockets tcp/name lookup directly
 - ``echo_js``    benign JavaScript tools: echo, counter, fetch (http), fail
 

@@ -389,3 +389,40 @@ def test_problem_list_is_capped() -> None:
     problems = refuse(manifest_bytes(make_manifest(tools=tools)))
     assert len(problems) == 101
     assert problems[-1]["msg"].startswith("... and ")
+
+
+@pytest.mark.parametrize(
+    ("read", "loc"),
+    [
+        (["../x"], "workspace.read.0"),
+        (["/etc"], "workspace.read.0"),
+        (["a\x00b"], "workspace.read.0"),
+        (["./docs"], "workspace.read.0"),  # not in normal form
+        (["docs/"], "workspace.read.0"),
+        ([""], "workspace.read.0"),
+        ([], "workspace.read"),
+        (["docs", "docs"], "workspace.read"),
+        (["docs", "docs/api"], "workspace.read"),  # already covered
+        (["docs", "."], "workspace.read"),
+        ([f"d{i}" for i in range(17)], "workspace.read"),  # one over the 16 entries
+    ],
+)
+def test_workspace_read_entry_refused_with_location(read: list[str], loc: str) -> None:
+    problems = refuse(manifest_bytes({**make_manifest(), "workspace": {"read": read}}))
+    assert [p["loc"] for p in problems] == [loc]
+
+
+def test_workspace_read_in_normal_form_accepted_and_kept_in_the_bytes() -> None:
+    read = ["docs", "src/lib", "..notes"]
+    manifest = PackageManifest.from_json(manifest_bytes({**make_manifest(), "workspace": {"read": read}}))
+    assert manifest.workspace is not None and manifest.workspace.read == tuple(read)
+    assert json.loads(manifest.to_json())["workspace"] == {"read": read}
+    assert "workspace" not in json.loads(PackageManifest.from_json(manifest_bytes(make_manifest())).to_json())
+    limit = PackageManifest.from_json(manifest_bytes({**make_manifest(), "workspace": {"read": [f"d{i}" for i in range(16)]}}))
+    assert limit.workspace is not None and len(limit.workspace.read) == 16
+
+
+@pytest.mark.parametrize("access", [{"read": ["docs"], "write": ["docs"]}, {"write": ["."]}, {"read": ["docs"], "rw": True}])
+def test_workspace_write_access_is_manifest_invalid(access: dict[str, object]) -> None:
+    problems = refuse(manifest_bytes({**make_manifest(), "workspace": access}))
+    assert any(p["loc"] == "workspace" and "only read access" in p["msg"] for p in problems)

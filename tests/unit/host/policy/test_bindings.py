@@ -18,7 +18,7 @@ from host.errors import ToolNotFound
 from host.formats.manifest import PackageManifest
 from host.formats.mcppin import McpDeclaration, McpLockEntry, McpPin, PinnedSource, PinnedTool, tool_digest
 from host.mcpsource.hosting import binding_digests
-from host.policy.bindings import BoundGrants, grant_key, package_binding
+from host.policy.bindings import BoundGrants, grant_key, package_binding, package_document
 from host.policy.grants import SessionGrants
 from host.policy.toolpolicy import (
     ClassSelector,
@@ -371,3 +371,18 @@ def test_a_reload_swaps_the_bindings_with_the_registry() -> None:
     """Host grants and allows read the running generation's bindings: a swap that left
     them behind would keep a grant or allow of the old binding alive."""
     assert "_bindings" in _GENERATION_FIELDS and "registry" in _GENERATION_FIELDS
+
+
+def test_allow_asks_again_when_the_package_reads_more_of_the_workspace(store: ToolPolicyStore) -> None:
+    plain = tracker()
+    doc = make_manifest(tools=[make_tool(name=TOOL, version="1.2.0", effect="write", risk="medium")],
+                        module_bytes=b"code-1")
+    doc["package"]["version"] = "1.2.0"
+    docs_only = definition({**doc, "workspace": {"read": ["docs"]}})
+    allow(store, docs_only)
+    assert mode(store, docs_only) is ToolMode.ALLOW
+    wider = definition({**doc, "workspace": {"read": ["."]}})
+    assert mode(store, wider) is ToolMode.ASK
+    # Undeclared: the document has no workspace key, so bindings made before it existed hold.
+    assert "workspace_read" not in package_document(plain, key_id=KEY)
+    assert package_document(docs_only, key_id=KEY)["workspace_read"] == ["docs"]
