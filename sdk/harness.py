@@ -66,7 +66,7 @@ import httpx
 
 from host import CallRequest, CallResult, FilePolicyEngine, Host, HostConfig, InvocationPlan, Principal
 from host.canonical import canonical_json
-from host.config import DEFAULT_CEILINGS, Ceilings
+from host.config import DEFAULT_CEILINGS, Ceilings, WorkspaceGrant
 from host.egress.transport import Pins
 from host.errors import StockadeError
 from host.redact import Redactor
@@ -294,6 +294,10 @@ class Harness:
         debug: put a failing guest's traceback (Python) or stack (JavaScript) into
             ``result.error.details["guest_traceback"]`` (``HostConfig.debug_guest_errors``).
             The guest's log is in ``result.log`` either way.
+        workspace: a directory granted to the harness principal as its workspace root,
+            as an operator's ``[[workspace]]`` would: the package's ``workspace.read``
+            directories beneath it are the guest's read-only ``/workspace/<path>``.
+            None (the default): no workspace, so the guest sees none.
 
     Raises:
         ValueError: ``target`` is neither a project nor a bundle; a secret name or value
@@ -315,8 +319,10 @@ class Harness:
         progress: ProgressCallback | None = None,
         compile_progress: Callable[[ProgressEvent], None] | None = None,
         debug: bool = True,
+        workspace: str | Path | None = None,
     ) -> None:
         self._debug = debug
+        self._workspace = None if workspace is None else Path(workspace)
         self.routes: dict[tuple[str, str], Route] = {route(m, u): r for (m, u), r in (routes or {}).items()}
         self.requests: list[RecordedRequest] = []
         self.unmatched: list[RecordedRequest] = []
@@ -367,6 +373,9 @@ class Harness:
             ceilings=ceilings,
             artifact_cache_dir=artifacts_dir(self._cache),
             debug_guest_errors=self._debug,
+            workspaces=()
+            if self._workspace is None
+            else (WorkspaceGrant(root=self._workspace, project=PROJECT, subjects=(SUBJECT,)),),
         )
         return Host.open(
             lock,

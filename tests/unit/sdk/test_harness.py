@@ -325,3 +325,18 @@ def test_response_refuses_two_bodies() -> None:
 def test_response_keeps_an_explicit_content_type() -> None:
     response = Response(200, json=[], headers={"Content-Type": "application/problem+json"})
     assert response.headers == (("Content-Type", "application/problem+json"),)
+
+
+def test_workspace_given_to_the_harness_is_read_only_at_its_guest_path(tmp_path: Path) -> None:
+    build = build_test_plugin("reader_py")
+    ws = tmp_path / "ws"
+    (ws / "docs").mkdir(parents=True)
+    (ws / "docs" / "guide.md").write_text("# Guide\n")
+    with Harness(build.bundle_dir, cache_dir=CACHE, workspace=ws) as harness:
+        assert harness.call("reader.read", {"path": "/workspace/docs/guide.md"}).output == {
+            "ok": True, "text": "# Guide\n",
+        }
+        planted = harness.call("reader.change", {"action": "create", "path": "/workspace/docs/x"})
+        assert planted.output["ok"] is False and not (ws / "docs" / "x").exists()
+    with Harness(build.bundle_dir, cache_dir=CACHE) as harness:  # no workspace: nothing to read
+        assert harness.call("reader.read", {"path": "/workspace/docs/guide.md"}).output["ok"] is False
