@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -199,6 +200,20 @@ def test_unix_socket_in_the_preopen_does_not_block(reader: Reader) -> None:
         finally:
             path.unlink()
     assert seen["ok"] is False
+
+
+def test_device_node_in_the_preopen_reads_like_a_file_without_hanging(reader: Reader) -> None:
+    # Creating a device node needs CAP_MKNOD, so only an operator (or root) can put one in
+    # a workspace; wasmtime opens it like a file and the guest's limits bound the reads.
+    path = reader.ws / "docs" / "null"
+    try:
+        os.mknod(path, 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("this machine refuses mknod (no CAP_MKNOD)")
+    try:
+        assert reader.read("/workspace/docs/null") == {"ok": True, "text": ""}
+    finally:
+        path.unlink()
 
 
 # -- which declared directories are given (no guest needed) ------------------------------
