@@ -15,7 +15,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 __all__ = ["DEFAULT_CEILINGS", "Ceilings", "HostConfig", "WorkspaceGrant"]
 
@@ -104,6 +104,9 @@ class WorkspaceGrant:
         return project == self.project and (not self.subjects or subject in self.subjects)
 
 
+MAX_READY_INSTANCES: Final = 16  # ready instances per (component, limits)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostConfig:
     """Configuration of one Host. Keyword arguments only (``HostConfig(state_dir=...)``):
@@ -160,6 +163,10 @@ class HostConfig:
         workspaces: workspace roots granted to principals; with at least one, the
             ``fs.*`` host tools are in the registry (:mod:`host.tools`). A principal
             gets the first grant that matches it.
+        ready_instances: fresh instances kept instantiated ahead of calls, per component
+            and limits, for components slow to instantiate (componentize-py and -js);
+            0 turns it off (:mod:`host.runtime.ready`). Each costs the memory of one
+            idle instance (a few MB resident for a Python plugin).
     """
 
     state_dir: Path
@@ -181,6 +188,7 @@ class HostConfig:
     artifact_cache_max_bytes: int = 4 * 1024**3  # bytes; a Python plugin's artifact is ~40 MB
     debug_guest_errors: bool = False
     workspaces: tuple[WorkspaceGrant, ...] = ()
+    ready_instances: int = 2  # instances per (component, limits); 0: off
 
     def __post_init__(self) -> None:
         # Accept str at run time for convenience; the field is always a Path afterwards.
@@ -194,6 +202,9 @@ class HostConfig:
                 raise ValueError(f"HostConfig.{name} must be positive, got {value!r}")
             if not math.isfinite(value):  # no infinite (never) or NaN times
                 raise ValueError(f"HostConfig.{name} must be finite, got {value!r}")
+        ready = self.ready_instances
+        if isinstance(ready, bool) or not isinstance(ready, int) or not 0 <= ready <= MAX_READY_INSTANCES:
+            raise ValueError(f"HostConfig.ready_instances must be an int in 0..16, got {ready!r}")
         if self.unsafe_allow_loopback:
             _log.warning(
                 "unsafe_allow_loopback is on: plugins may reach 127.0.0.0/8 and ::1. "

@@ -56,7 +56,7 @@ from host.runtime.engine import (
 )
 from host.runtime.imports import build_linker
 from host.runtime.models import CacheStats, ProgressEvent, ProgressStage, SandboxLimits, SandboxResult
-from host.runtime.sandbox import LoadedComponent, Preopen, execute
+from host.runtime.sandbox import LoadedComponent, Preopen, execute, ready_pools
 
 __all__ = ["Runtime"]
 
@@ -95,6 +95,7 @@ class Runtime:
         self._in_flight: Counter[int] = Counter()  # deadline ticks of the calls running now
         self._ticker = EpochTicker(self._engine)
         self._ticker.start()
+        self._ready = ready_pools(self._engine, self._linker, self._clock, depth=config.ready_instances)
 
     @property
     def engine(self) -> wasmtime.Engine:
@@ -124,6 +125,7 @@ class Runtime:
                 return
             self._closed = True
             pending = max(self._in_flight, default=0)
+        self._ready.close()  # while the ticker runs: an instantiation in progress is bounded
         self._ticker.stop()
         # Expire every deadline still pending so no in-flight call waits for a tick that
         # will never come. Only as many ticks as the longest call in flight needs: with
@@ -261,6 +263,7 @@ class Runtime:
                 clock=self._clock,
                 request_body_ceiling=self._config.ceilings.max_request_bytes,
                 preopens=preopens,
+                pools=self._ready,
             )
         finally:
             with self._guard:

@@ -76,8 +76,11 @@ from host.runtime.engine import deadline_ticks
 from host.runtime.imports import CallContext, activate, deactivate
 from host.runtime.interrupt import InterruptWatch
 from host.runtime.models import ClockBridge, LogLine, SandboxLimits, SandboxResult, SandboxUsage
+from host.runtime.ready import LogSink, ReadyInstance, ReadyPools
 
-__all__ = ["TABLE_HEADROOM", "LoadedComponent", "Preopen", "execute", "store_limits"]
+__all__ = [
+    "TABLE_HEADROOM", "LoadedComponent", "Preopen", "execute", "new_store", "ready_pools", "store_limits",
+]  # fmt: skip
 
 _compat.apply()
 
@@ -182,6 +185,7 @@ def execute(
     clock: ClockBridge | None = None,
     request_body_ceiling: int = 8 << 20,
     preopens: Sequence[Preopen] = (),
+    pools: ReadyPools | None = None,
 ) -> SandboxResult:
     """Run ``call(tool, input_json)`` in a fresh store and instance.
 
@@ -201,6 +205,8 @@ def execute(
         clock: the deadline clock installed in ``linker`` (required for WASI guests).
         request_body_ceiling: bytes; a guest request body over it is ``too-large``.
         preopens: read-only directories the guest may read (WASI guests only).
+        pools: the runtime's ready instances (:mod:`host.runtime.ready`); a call with
+            preopens never takes one.
 
     Raises:
         CallCancelled: ``interrupt`` was set while the guest ran.
@@ -223,24 +229,32 @@ def execute(
         egress, secret_available, log,
         deadline_ns=deadline_ns, clock=clock, body_ceiling=request_body_ceiling,
     )
-    store = wasmtime.Store(engine)
-    store.set_fuel(limits.fuel)
+    ready = pools.take((loaded.sha256, limits)) if pools is not None and not preopens else None
+    if ready is not None:
+        store = ready.store
+        # The fuel its instantiation used counts, as for an instance made for the call.
+        store.set_fuel(max(limits.fuel - ready.instantiation_fuel, 0))
+        ready.sink.attach(log)
+    else:
+        wasi = _wasi_config(log, preopens) if loaded.shape.uses_wasi else None
+        store = new_store(engine, loaded, limits, clock, wasi)
+        store.set_fuel(limits.fuel)
     watch = None
     if interrupt is None:
         store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
     else:
         watch = InterruptWatch.install(store, interrupt, deadline_ticks(limits.timeout_ms))
-    extra = clock.extra_instances if clock is not None and loaded.shape.uses_wasi else 0
-    store.set_limits(**store_limits(loaded.census, limits.memory_bytes, extra_instances=extra))
-    if loaded.shape.uses_wasi:
-        store.set_wasi(_wasi_config(log, preopens))
-    outcome = _invoke(store, linker, loaded, context, call_args=(tool, input_json))
+    outcome = _invoke(
+        store, linker, loaded, context, call_args=(tool, input_json), ready=ready, pools=pools, limits=limits
+    )
     if time.monotonic_ns() > deadline_ns:
         # The wall-time bound of docs/design.md §12: a guest woken from a clamped WASI sleep may
         # return before meeting another epoch check; its answer came too late.
         context.deadline_hit = True
     fuel_left = store.get_fuel()
-    del store  # free the instance and its memories now, not when the caller drops an error
+    if ready is not None and pools is not None:
+        pools.discard(store)  # dropped on the pool's thread, off this call's path
+    del store, ready  # free the instance and its memories now, not when the caller drops an error
     usage = SandboxUsage(
         fuel_consumed=limits.fuel - fuel_left,
         wall_ms=(time.perf_counter() - started) * 1000.0,
@@ -270,7 +284,45 @@ def execute(
     return _result(outcome.value, usage, lines, scrub)
 
 
-def _wasi_config(log: CallLog, preopens: Sequence[Preopen]) -> wasmtime.WasiConfig:
+def new_store(
+    engine: wasmtime.Engine,
+    loaded: LoadedComponent,
+    limits: SandboxLimits,
+    clock: ClockBridge | None,
+    wasi: wasmtime.WasiConfig | None,
+) -> wasmtime.Store:
+    """A fresh store for one instance of ``loaded`` under ``limits`` (fuel and deadline
+    are the caller's to set)."""
+    store = wasmtime.Store(engine)
+    extra = clock.extra_instances if clock is not None and loaded.shape.uses_wasi else 0
+    store.set_limits(**store_limits(loaded.census, limits.memory_bytes, extra_instances=extra))
+    if wasi is not None:
+        store.set_wasi(wasi)
+    return store
+
+
+def ready_pools(
+    engine: wasmtime.Engine, linker: wc.Linker, clock: ClockBridge | None, *, depth: int
+) -> ReadyPools:
+    """The ready-instance pools of a runtime (:mod:`host.runtime.ready`) on this sandbox's
+    own store set-up: the same limits and WASI context as an instance made for a call."""
+
+    def make_store(component: object, limits: SandboxLimits, sink: LogSink) -> wasmtime.Store:
+        assert isinstance(component, LoadedComponent)
+        wasi = _wasi_config(sink, ()) if component.shape.uses_wasi else None
+        return new_store(engine, component, limits, clock, wasi)
+
+    def instantiate(store: wasmtime.Store, component: object) -> wc.Func:
+        assert isinstance(component, LoadedComponent)
+        func = linker.instantiate(store, component.component).get_func(store, component.call_index)
+        if func is None:  # checked at load; an instance always has it
+            raise wasmtime.WasmtimeError("the instance has no `call` export")
+        return func
+
+    return ReadyPools(depth=depth, make_store=make_store, instantiate=instantiate)
+
+
+def _wasi_config(log: CallLog | LogSink, preopens: Sequence[Preopen]) -> wasmtime.WasiConfig:
     # A default WasiConfig grants nothing: no preopens, no environment, no arguments,
     # empty stdin, and socket operations are denied (verified against a real listener).
     wasi = wasmtime.WasiConfig()
@@ -289,14 +341,24 @@ def _invoke(
     context: CallContext,
     *,
     call_args: tuple[str, str],
+    ready: ReadyInstance | None,
+    pools: ReadyPools | None,
+    limits: SandboxLimits,
 ) -> _Outcome:
     outcome = _Outcome()
     previous = activate(context)
     try:
-        instance = linker.instantiate(store, loaded.component)
-        func = instance.get_func(store, loaded.call_index)
-        if func is None:  # checked at load; an instance always has it
-            raise wasmtime.WasmtimeError("the instance has no `call` export")
+        if ready is not None:
+            func = ready.func
+        else:
+            started = time.perf_counter()
+            instance = linker.instantiate(store, loaded.component)
+            if pools is not None:
+                pools.observe((loaded.sha256, limits), loaded, time.perf_counter() - started)
+            found = instance.get_func(store, loaded.call_index)
+            if found is None:  # checked at load; an instance always has it
+                raise wasmtime.WasmtimeError("the instance has no `call` export")
+            func = found
         outcome.value = loaded.call_type.bind(func)(store, *call_args)
         func.post_return(store)
     except Exception as exc:
