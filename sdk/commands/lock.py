@@ -34,10 +34,12 @@ from typing import Any
 
 from host.errors import ComponentRefused
 from host.trust.lock import LoadedLock, LockEntry, LockState
+from sdk._stale import project_of, staleness
 from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
     add_unsigned_option,
+    cell,
     print_json,
     signatures_waived,
     stderr_console,
@@ -47,6 +49,7 @@ from sdk.commands.lockmcp import register_add_mcp
 from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
 from sdk.lockfile import LockUpdate, add_package, remove_package, sign_lock
+from sdk.project import PROJECT_FILE
 from sdk.review import component_report, load_for_review
 
 
@@ -66,8 +69,14 @@ def register(sub: Any) -> None:
         "the lock, recording the source) and add it to the lock as a new generation.",
     )
     add.add_argument(
-        "bundle", metavar="BUNDLE_DIR|oci://REF@sha256:…",
-        help="bundle directory under the lock's directory, or a digest-pinned registry reference",
+        "bundle", metavar="BUNDLE_DIR|PROJECT_DIR|oci://REF@sha256:…",
+        help="bundle directory under the lock's directory, a plugin project (built first into its "
+        "dist/), or a digest-pinned registry reference",
+    )
+    add.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a bundle older than its project's sources or stockade.toml (default: warn)",
     )
     add.add_argument(
         "--key",
@@ -211,6 +220,10 @@ def run_add(args: argparse.Namespace) -> int:
     bundle, source, signature = Path(args.bundle), None, None
     if args.bundle.startswith("oci://"):
         bundle, source, signature = pull_for_lock(args)
+    elif (bundle / PROJECT_FILE).is_file():
+        bundle = _build_project(bundle, show=not args.json)
+    else:
+        _refuse_stale(bundle, strict=args.strict)
     update = add_package(
         args.lock, bundle, private_key=key, operator_key=operator, source=source, signature=signature
     )
@@ -226,6 +239,44 @@ def run_add(args: argparse.Namespace) -> int:
         )
     verb = "replaced" if update.replaced is not None else "added"
     return _report(update, args, verb)
+
+
+def _build_project(project: Path, *, show: bool) -> Path:
+    """``lock add PROJECT_DIR``: build it into its ``dist/`` as ``stockade build`` does."""
+    from sdk.commands.build import build_reported  # the build toolchain only when building
+
+    result = build_reported(project, show=show)
+    if show:
+        stderr_console().print(f"built {cell(str(result.bundle_dir))}", highlight=False)
+    return result.bundle_dir
+
+
+def _refuse_stale(bundle: Path, *, strict: bool) -> None:
+    """Refuse a bundle in ``PROJECT/dist/`` that is not what the project builds now.
+
+    ``stockade test`` and ``dev`` build into temporary directories, so ``dist/`` keeps the
+    last ``stockade build``: locking it after an edit would lock the old manifest silently.
+
+    Raises:
+        CommandFailed: BUNDLE_STALE, the manifest differs (or, under ``strict``, a project
+            file is newer than the bundle).
+    """
+    project = project_of(bundle)
+    if project is None:
+        return
+    found = staleness(project, bundle)
+    where = str(project)
+    hint = f"run `stockade build {where}` first, or `stockade lock add {where}` to build and lock it"
+    if found.different:
+        raise CommandFailed("BUNDLE_STALE", f"{bundle} is stale: {found.different}", hint=hint)
+    if not found.newer:
+        return
+    files = ", ".join(found.newer[:5]) + (f" and {len(found.newer) - 5} more" if len(found.newer) > 5 else "")
+    message = f"{bundle} is older than {files} in {project}"
+    if strict:
+        raise CommandFailed("BUNDLE_STALE", message, hint=hint)
+    stderr_console().print(f"[yellow]warning:[/] {cell(message)}; {cell(hint)} (--strict refuses)",
+                           soft_wrap=True, highlight=False)
 
 
 def run_remove(args: argparse.Namespace) -> int:

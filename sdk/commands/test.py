@@ -21,7 +21,7 @@ from typing import Any
 
 from host.runtime import ProgressEvent
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
-from sdk.commands._progress import author_progress, problems_listed
+from sdk.commands._progress import TEMPORARY_BUNDLE_NOTE, author_progress, problems_listed
 from sdk.harness import Harness
 from sdk.project import PROJECT_FILE
 
@@ -99,3 +99,4 @@ def _prepare(project: Path) -> None:
     note = "compiled" if compiled else "loaded from cache"
     elapsed = time.monotonic() - started
     console.print(f"built {cell(package.name)}-{cell(package.version)}; {note} in {elapsed:.1f} s")
+    console.print(TEMPORARY_BUNDLE_NOTE, highlight=False)
