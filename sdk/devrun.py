@@ -22,9 +22,12 @@ The workspace is removed when the call returns.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import secrets as _random
+import shlex
 import shutil
 import tempfile
 import time
@@ -202,6 +205,24 @@ def _tool_version(bundle: Bundle, tool: str) -> str:
     return bundle.manifest.package.version  # the host answers TOOL_NOT_FOUND
 
 
+def _dev_secret_hint(result: CallResult, tool: str) -> CallResult:
+    """Point a missing required secret at ``--secret``: the host's own hint names
+    ``stockade secrets set`` for the run's random principal, whose state is thrown away."""
+    error = result.error
+    secret = error.details.get("secret") if error is not None else None
+    if error is None or error.code != "CREDENTIAL_UNAVAILABLE" or not isinstance(secret, str):
+        return result
+    variable = re.sub(r"[^A-Z0-9_]", "_", secret.upper())
+    hint = (
+        f"give it to this run: `stockade dev {shlex.quote(tool)} --secret "
+        f"{shlex.quote(secret)}=env:{variable}` (or {shlex.quote(secret)}=@FILE). Every tool of a "
+        "package needs the package's required secrets; declare the credential `optional = true` in "
+        "stockade.toml if some tools do without it"
+    )
+    message = f"secret {secret!r} is required by this package and was not given with --secret"
+    return dataclasses.replace(result, error=dataclasses.replace(error, message=message, hint=hint))
+
+
 def _call(host: Host, request: CallRequest) -> tuple[CallResult, bool]:
     try:
         plan = host.prepare(request)
@@ -294,6 +315,7 @@ def dev_run(
                 input=dict(input),
             )
             result, approved = _call(host, request)
+            result = _dev_secret_hint(result, tool)
             timings["call"] = time.monotonic() - started
         package = staged.manifest.package
         return DevOutcome(

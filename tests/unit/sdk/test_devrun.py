@@ -113,6 +113,21 @@ def test_missing_required_secret_refused_before_the_guest_starts(echo_bundle: Pa
     assert outcome.result.error is not None and outcome.result.error.code == "CREDENTIAL_UNAVAILABLE"
 
 
+def test_missing_required_secret_hint_is_the_dev_option_that_works(echo_bundle: Path, tmp_path: Path) -> None:
+    # The host's hint (`stockade secrets set … --subject dev-…`) names a random principal whose
+    # state is thrown away; the hint must be the option that makes this same run work.
+    code, _, err = _dev_cli("echo.echo", "--input", '{"message": "hi"}', "--bundle", str(echo_bundle), cwd=tmp_path)
+    assert code == 1 and "CREDENTIAL_UNAVAILABLE" in err
+    assert "secrets set" not in err and "dev-" not in err
+    hint = "stockade dev echo.echo --secret bearer_token=env:BEARER_TOKEN"
+    assert hint in err
+    again = _dev_cli(
+        "echo.echo", "--input", '{"message": "hi"}', "--bundle", str(echo_bundle), "--secret",
+        "bearer_token=env:BEARER_TOKEN", cwd=tmp_path, BEARER_TOKEN=TOKEN,
+    )  # fmt: skip
+    assert again[0] == 0, again[2]
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -140,8 +155,8 @@ def test_allow_entry_forms() -> None:
     assert (entry["scheme"], entry["host"], entry["port"], entry["path_prefix"]) == ("http", "api.example", 8080, "/v2")
 
 
-def _dev_cli(*args: str, cwd: Path) -> tuple[int, str, str]:
-    env = cli_env(XDG_CACHE_HOME=str(REPO_ROOT / ".stockade-cache"), DEV_TOKEN=TOKEN)
+def _dev_cli(*args: str, cwd: Path, **extra: str) -> tuple[int, str, str]:
+    env = cli_env(XDG_CACHE_HOME=str(REPO_ROOT / ".stockade-cache"), DEV_TOKEN=TOKEN, **extra)
     proc = run_cli("dev", *args, cwd=cwd, env=env, timeout=600)
     return proc.returncode, proc.stdout, proc.stderr
 
