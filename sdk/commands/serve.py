@@ -5,10 +5,11 @@ input, approval, rate limit, secrets pre-flight, audit, sandbox, output checks.
 
 stdio (the default) serves one principal, ``--project``/``--subject`` (or
 ``STOCKADE_PROJECT``/``STOCKADE_SUBJECT``). stdout carries only MCP; logs go to stderr;
-EOF on stdin ends the server. A client config entry:
-
-  {"mcpServers": {"stockade": {"command": "stockade",
-     "args": ["serve", "--lock", "/path/stockade.lock", "--project", "p", "--subject", "me"]}}}
+EOF on stdin ends the server. ``--print-client-config [--client claude|vscode|cursor]``
+prints the client's config entry (the absolute command, ``--config`` with the absolute
+host config file, the principal) and exits. serve refuses to start (exit 2) without a
+host config file or ``--lock`` (CONFIG_NOT_FOUND), and when it would list no tools
+(NO_TOOLS_SERVED: an empty lock, or a principal the policy grants none).
 
 HTTP (``--transport http``) serves ``/mcp`` on ``--host``/``--port`` (port 0 picks one;
 the URL is printed on stderr). With ``--tokens FILE`` every request needs a bearer token
@@ -34,11 +35,12 @@ Exit codes: 0 ended cleanly, 1 the host could not open, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from host import FilePolicyEngine, Host, Principal
 from host.audit import AuditLog
@@ -80,6 +82,14 @@ def register(sub: Any) -> None:
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (default: 8765; 0: any free port)")
     parser.add_argument("--project", default=None, help="the principal's project (or $STOCKADE_PROJECT)")
     parser.add_argument("--subject", default=None, help="the principal's subject (or $STOCKADE_SUBJECT)")
+    parser.add_argument(
+        "--print-client-config", action="store_true",
+        help="print the client's config entry for this server (absolute command and --config) and exit",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client", choices=tuple(CLIENT_FILES), default="claude",
+        help="with --print-client-config: the client's format (default: claude)",
+    )  # fmt: skip
     parser.add_argument(
         "--tokens", type=Path, default=None, metavar="FILE",
         help="HTTP bearer tokens file (stockade.tokens/1; `stockade tokens add`)",
@@ -147,6 +157,100 @@ def _seconds(text: str) -> float:
     return value
 
 
+# Where each client reads its entry (printed on stderr with the snippet).
+CLIENT_FILES: Final = {
+    "claude": "Claude Desktop's claude_desktop_config.json (Settings > Developer > Edit Config)",
+    "vscode": ".vscode/mcp.json in the workspace (or the user's mcp.json: `MCP: Open User Configuration`)",
+    "cursor": "~/.cursor/mcp.json (or .cursor/mcp.json in the project)",
+}
+_PATH_OPTIONS: Final = (("lock", "--lock"), ("state_dir", "--state-dir"), ("trusted_keys", "--trusted-keys"),
+                        ("trusted_operator_keys", "--trusted-operator-keys"))
+
+
+def _require_configuration(args: argparse.Namespace) -> None:
+    """Refuse to guess: without a host config file and without ``--lock``, serve would read
+    ``./stockade.lock`` relative to whatever directory a desktop client starts it in.
+
+    Raises:
+        UsageFailed: CONFIG_NOT_FOUND.
+    """
+    if getattr(args, "host_file", None) is None and "lock" not in getattr(args, "given", set()):
+        raise UsageFailed(
+            "CONFIG_NOT_FOUND",
+            f"no host config file (stockade.host.toml) in {Path.cwd()} or the state directory, and no --lock",
+            hint="pass --config /abs/path/stockade.host.toml (in the host's directory, "
+            "`stockade serve --print-client-config --project P --subject S` prints a working entry)",
+        )
+
+
+def _stockade_command() -> list[str]:
+    """The absolute command that runs this ``stockade`` (a desktop app's PATH lacks the venv)."""
+    script = Path(sys.argv[0])
+    if script.name == "stockade" and script.is_file():
+        return [str(script.absolute())]
+    beside = Path(sys.executable).parent / "stockade"  # the console script of this interpreter
+    if beside.is_file():
+        return [str(beside.absolute())]
+    return [str(Path(sys.executable).absolute()), "-m", "sdk.cli"]
+
+
+def client_config(args: argparse.Namespace, principal: Principal) -> dict[str, Any]:
+    """The ``--client`` config entry that starts this server from any directory."""
+    command, *prefix = _stockade_command()
+    serve = [*prefix, "serve"]
+    settings = getattr(args, "host_file", None)
+    if settings is not None:
+        serve += ["--config", str(Path(settings.path).expanduser().absolute())]
+    given: set[str] = getattr(args, "given", set())
+    for name, flag in _PATH_OPTIONS:
+        if name in given:
+            serve += [flag, str(Path(getattr(args, name)).expanduser().absolute())]
+    if "store" in given:
+        serve += ["--store", str(args.store)]
+    for flag in ("require_signatures", "unsafe_allow_unsigned"):
+        if flag in given:
+            serve.append("--" + flag.replace("_", "-"))
+    serve += ["--project", principal.project, "--subject", principal.subject]
+    entry: dict[str, Any] = {"command": command, "args": serve}
+    if args.client == "vscode":
+        return {"servers": {"stockade": {"type": "stdio", **entry}}}
+    return {"mcpServers": {"stockade": entry}}
+
+
+def _print_client_config(args: argparse.Namespace) -> int:
+    if args.transport != "stdio":
+        raise UsageFailed("USAGE", "--print-client-config prints a stdio entry", hint="drop --transport http")
+    principal = _principal(args)
+    assert principal is not None  # stdio always names one
+    _require_configuration(args)
+    print(json.dumps(client_config(args, principal), indent=2))
+    print(f"stockade serve: paste this into {CLIENT_FILES[args.client]}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _refuse_no_tools(app: Any, principal: Principal | None) -> None:
+    """Refuse to serve an empty ``tools/list``: a client shows nothing and says nothing.
+
+    Raises:
+        UsageFailed: NO_TOOLS_SERVED.
+    """
+    host = app.host
+    if len(host.registry) == 0:
+        raise UsageFailed(
+            "NO_TOOLS_SERVED", "the lock has no tools: serving it would list nothing",
+            hint="add a package with `stockade lock add BUNDLE_DIR`",
+        )  # fmt: skip
+    if principal is not None and not app.visible_tools(principal):
+        who = f"{principal.project} {principal.subject}"
+        raise UsageFailed(
+            "NO_TOOLS_SERVED",
+            f"the policy in {app.options.state_dir} grants {who} none of the lock's "
+            f"{len(host.registry)} tools",
+            hint=f"grant one with `stockade policy grant-tool {who} TOOL@VERSION` (`stockade tools` lists "
+            "them), or serve the state directory that has the grants (--config FILE or --state-dir DIR)",
+        )
+
+
 def _principal(args: argparse.Namespace) -> Principal | None:
     project = args.project or os.environ.get("STOCKADE_PROJECT")
     subject = args.subject or os.environ.get("STOCKADE_SUBJECT")
@@ -175,6 +279,9 @@ def run(args: argparse.Namespace) -> int:
             f"the MCP server needs the optional extra: {exc}",
             hint="pip install 'stockade[mcp]'",
         ) from None
+    if args.print_client_config:
+        return _print_client_config(args)
+    _require_configuration(args)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="stockade serve: %(message)s")
     oauth = (args.oauth_issuer, args.oauth_audience, args.oauth_jwks)
     if any(o is not None for o in oauth) and (None in oauth or args.tokens is not None):
@@ -211,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
         try:
+            _refuse_no_tools(app, principal)
             if args.transport == "stdio":
                 anyio.run(serve_stdio, app, args.lock)
             else:

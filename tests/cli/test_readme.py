@@ -117,6 +117,9 @@ def test_quickstarts_run_as_written_in_order(tmp_path: Path) -> None:
     assert lock["generation"] == 1 and lock["packages"][0]["signature"]
 
     ran = _run_lines(host, project)  # on the signed lock the author quickstart made
+    [printed] = [p for line, p in zip(host, ran, strict=True) if "--print-client-config" in line]
+    entry = json.loads(printed.stdout)["mcpServers"]["stockade"]  # absolute: a desktop app starts it anywhere
+    assert Path(entry["command"]).is_absolute() and str(project / "stockade.host.toml") in entry["args"]
     assert json.loads(ran[-2].stdout) == {"greeting": "Hello, Ada!"}
     assert "p/alice  hello.greet@0.1.0  read  ok" in ran[-1].stdout
     app = subprocess.run([sys.executable, "-c", python_block("host-app-quickstart")], cwd=project, env=_env(),
