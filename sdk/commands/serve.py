@@ -12,9 +12,11 @@ host config file or ``--lock`` (CONFIG_NOT_FOUND), and when it would list no too
 (NO_TOOLS_SERVED: an empty lock, or a principal the policy grants none).
 
 HTTP (``--transport http``) serves ``/mcp`` on ``--host``/``--port`` (port 0 picks one;
-the URL is printed on stderr). With ``--tokens FILE`` every request needs a bearer token
-(``stockade tokens add``) that maps to its principal; without tokens it serves the fixed
-principal, and only on a loopback address. OAuth 2.1 resource-server mode instead
+the URL is printed on stderr). With a tokens file (``--tokens-file FILE``, by default
+``<state-dir>/tokens.json`` when it exists, where ``stockade tokens add`` writes) every
+request needs a bearer token that maps to its principal; a named file that is missing or
+unreadable refuses to start. Without one it serves the fixed principal, and only on a
+loopback address. OAuth 2.1 resource-server mode instead
 (``--oauth-issuer URL --oauth-audience AUD --oauth-jwks FILE``) accepts JWT access tokens
 signed by a key of the (local, pinned) JWKS file, with that exact issuer and audience;
 ``sub`` is the subject, the ``stockade_project`` claim (or ``--project``) the project.
@@ -91,8 +93,9 @@ def register(sub: Any) -> None:
         help="with --print-client-config: the client's format (default: claude)",
     )  # fmt: skip
     parser.add_argument(
-        "--tokens", type=Path, default=None, metavar="FILE",
-        help="HTTP bearer tokens file (stockade.tokens/1; `stockade tokens add`)",
+        "--tokens-file", "--tokens", dest="tokens", type=Path, default=None, metavar="FILE",
+        help="HTTP bearer tokens file (stockade.tokens/1; default: <state-dir>/tokens.json when it exists, "
+        "which `stockade tokens add` writes); a missing or unreadable file refuses to start",
     )  # fmt: skip
     parser.add_argument(
         "--oauth-issuer", default=None, metavar="URL", help="OAuth: the exact token issuer (iss)"
@@ -287,15 +290,19 @@ def run(args: argparse.Namespace) -> int:
     if any(o is not None for o in oauth) and (None in oauth or args.tokens is not None):
         raise UsageFailed(
             "OAUTH_OPTIONS",
-            "OAuth mode needs --oauth-issuer, --oauth-audience and --oauth-jwks, and no --tokens",
+            "OAuth mode needs --oauth-issuer, --oauth-audience and --oauth-jwks, and no --tokens-file",
             hint="see `stockade serve --help`",
         )
+    if args.transport == "http" and args.tokens is None and args.oauth_issuer is None:
+        configured = state_dir(args) / "tokens.json"  # where `stockade tokens add` writes
+        if configured.exists():
+            args.tokens = configured
     principal = _principal(args)
     verifier = _verifier(args) if args.transport == "http" else None
     if verifier is not None:
         principal = None  # each request's principal comes from its bearer token, never a default
     if args.transport == "http":
-        with user_input("pass --tokens FILE, or bind to 127.0.0.1 (--host 127.0.0.1)"):
+        with user_input("pass --tokens-file FILE, or bind to 127.0.0.1 (--host 127.0.0.1)"):
             check_bind(args.host, authenticated=verifier is not None)
     root = state_dir(args)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -343,11 +350,10 @@ def run(args: argparse.Namespace) -> int:
 def _verifier(args: argparse.Namespace) -> Any:
     """The bearer-token verifier of the HTTP transport, or ``None`` (no authentication)."""
     from host.mcp.oauth import JwtVerifier  # optional extra
-    from host.mcp.tokens import TokenFile
     from host.mcp.transport import StockadeTokenVerifier
 
     if args.tokens is not None:
-        return StockadeTokenVerifier(TokenFile(args.tokens))
+        return StockadeTokenVerifier(_token_file(args.tokens))
     if args.oauth_issuer is not None:
         return JwtVerifier(
             issuer=args.oauth_issuer,
@@ -356,6 +362,36 @@ def _verifier(args: argparse.Namespace) -> Any:
             default_project=args.project or os.environ.get("STOCKADE_PROJECT") or None,
         )
     return None
+
+
+def _token_file(path: Path) -> Any:
+    """The tokens file, refused when missing or unreadable (every request would be 401).
+
+    Raises:
+        UsageFailed: TOKENS_UNAVAILABLE.
+    """
+    from host.errors import StockadeError
+    from host.mcp.tokens import TokenFile
+
+    path = path.expanduser()
+    hint = (
+        "create it with `stockade tokens add --project P --subject S` (it writes <state-dir>/tokens.json; "
+        "--tokens-file FILE names another file, in both commands)"
+    )
+    if not path.is_file():
+        raise UsageFailed("TOKENS_UNAVAILABLE", f"the tokens file {path} does not exist", hint=hint)
+    tokens = TokenFile(path)
+    try:
+        count = len(tokens.entries())
+    except (OSError, StockadeError) as exc:
+        message = exc.message if isinstance(exc, StockadeError) else (exc.strerror or str(exc))
+        raise UsageFailed(
+            "TOKENS_UNAVAILABLE", f"cannot read the tokens file {path}: {message}",
+            hint="fix its permissions (0600, yours) or recreate it with `stockade tokens add`",
+        ) from None  # fmt: skip
+    note = "" if count else "; it holds none, so every request is refused (401) until `stockade tokens add`"
+    print(f"stockade serve: bearer tokens from {path} ({count} tokens){note}", file=sys.stderr, flush=True)
+    return tokens
 
 
 def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: Any) -> Host:
