@@ -19,9 +19,12 @@ edit without a key writes an unsigned generation.
 
 ``verify`` checks what a host would check before compiling anything: the lock signature
 (``--trusted-operator-keys``), every digest, every package signature (``--trusted-keys``,
-``--require-signatures``) and every manifest; ``--components`` also runs the component
-import/export checks, and ``--state-dir`` compares the generation and package versions
-with a host's accepted state (read only). Nothing is written.
+``--require-signatures``) and every manifest; then it compiles each package into the
+per-user artifact cache ``stockade serve`` and hosts load from (one line per package
+compiled now), so a server started afterwards starts warm; ``--components`` also refuses
+a component that fails the host's import/export checks, and ``--state-dir`` compares the
+generation and package versions with a host's accepted state (read only). Nothing but the
+artifact cache is written.
 
 Exit codes: 0 ok, 1 refused (the error code says why), 2 usage error.
 """
@@ -45,12 +48,15 @@ from sdk.commands._common import (
     stderr_console,
 )
 from sdk.commands._registry import add_registry_options, add_verify_options
+from sdk.commands._warm import say_compiling, warm_packages
 from sdk.commands.lockmcp import register_add_mcp
 from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
 from sdk.lockfile import LockUpdate, add_package, remove_package, sign_lock
 from sdk.project import PROJECT_FILE
-from sdk.review import component_report, load_for_review
+from sdk.review import load_for_review
+
+_SAY_BYTES = 512 * 1024 * 1024  # bytes; larger modules are refused by add_package anyway
 
 
 def register(sub: Any) -> None:
@@ -149,7 +155,8 @@ def register(sub: Any) -> None:
     verify.add_argument(
         "--components",
         action="store_true",
-        help="also compile each component and check its imports and exports",
+        help="also refuse a component the host would refuse (its imports and exports); every "
+        "package is compiled into the artifact cache `stockade serve` uses either way",
     )
     verify.add_argument(
         "--state-dir",
@@ -224,6 +231,9 @@ def run_add(args: argparse.Namespace) -> int:
         bundle = _build_project(bundle, show=not args.json)
     else:
         _refuse_stale(bundle, strict=args.strict)
+    module = bundle / "module.wasm"
+    if not args.json and module.is_file() and module.stat().st_size <= _SAY_BYTES:  # add_package compiles it
+        say_compiling(bundle.name, module.read_bytes())
     update = add_package(
         args.lock, bundle, private_key=key, operator_key=operator, source=source, signature=signature
     )
@@ -300,11 +310,12 @@ def run_sign(args: argparse.Namespace) -> int:
     return _report(update, args, "signed")
 
 
-def _check_components(loaded: LoadedLock) -> None:
-    for package in loaded.packages:
-        refusal = component_report(package.module_bytes)["refusal"]
-        if refusal is not None:
-            name = package.binding.package
+def _warm(loaded: LoadedLock, *, refuse: bool, show: bool) -> None:
+    """Compile every package into the artifact cache ``stockade serve`` loads from; with
+    ``refuse``, a component the host would refuse fails the command."""
+    refused = warm_packages([(p.binding.package, p.module_bytes) for p in loaded.packages], show=show)
+    if refuse:
+        for name, refusal in refused.items():
             raise ComponentRefused(f"package {name}: {refusal['message']}", package=name)
 
 
@@ -317,8 +328,7 @@ def run_verify(args: argparse.Namespace) -> int:
         operator_keys=args.trusted_operator_keys,
         unsafe_allow_unsigned=signatures_waived(args),
     )
-    if args.components:
-        _check_components(loaded)
+    _warm(loaded, refuse=args.components, show=not args.json)  # a later `stockade serve` starts warm
     if args.state_dir is not None:
         LockState(args.state_dir.expanduser()).check(loaded)
     packages = [

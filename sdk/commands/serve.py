@@ -414,6 +414,10 @@ def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: A
 
 
 def _say_progress(event: ProgressEvent) -> None:
-    if event.stage == "compiling":
+    if event.stage == "cached":
+        print(f"stockade serve: package {event.name} loaded from the artifact cache ({event.done} of "
+              f"{event.total})", file=sys.stderr, flush=True)
+    elif event.stage == "compiling":
         print(f"stockade serve: compiling package {event.name} ({event.done + 1} of {event.total}; "
-              "the first start may take a minute, later starts use the cache)", file=sys.stderr, flush=True)
+              "the first start may take a minute; `stockade lock verify` warms the cache ahead of it)",
+              file=sys.stderr, flush=True)
