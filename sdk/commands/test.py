@@ -62,7 +62,10 @@ def check_project(project: Path) -> None:
         hint = "put pytest files in DIR/tests"
         raise CommandFailed("NO_TESTS", f"{project / 'tests'} does not exist", hint=hint)
     if importlib.util.find_spec("pytest") is None:
-        raise CommandFailed("PYTEST_MISSING", "pytest is not installed", hint="pip install pytest")
+        raise CommandFailed(
+            "PYTEST_MISSING", "pytest is not installed (stockade test runs the project's tests with it)",
+            hint="pip install 'stockade[build]' (the author extra brings pytest), or pip install pytest",
+        )
 
 
 def run_tests(project: Path, pytest_args: list[str]) -> int:

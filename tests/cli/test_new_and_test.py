@@ -17,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import AUTHOR_CACHE_ENV, cli_env
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from tests.support.cli import AUTHOR_CACHE_ENV, REPO, cli_env
 from tests.support.cli import author_cli as stockade
 
 
@@ -180,3 +185,17 @@ def test_new_refuses_an_unknown_template(tmp_path: Path) -> None:
     proc = stockade("new", "tools", "--template", "crud", cwd=tmp_path)
     assert proc.returncode == 2 and "invalid choice: 'crud'" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_test_without_pytest_names_the_build_extra(tmp_path: Path) -> None:
+    # `pip install -e '.[build]'` then `stockade test` failed PYTEST_MISSING: the author
+    # extra now brings pytest, and the refusal names that extra.
+    (tmp_path / "stockade.toml").write_text("")
+    (tmp_path / "tests").mkdir()
+    hide = "import sys; sys.modules['pytest'] = None; from sdk.cli import main; sys.exit(main(['test', '.']))"
+    proc = subprocess.run([sys.executable, "-c", hide], cwd=tmp_path, env=cli_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "PYTEST_MISSING" in proc.stderr
+    assert "pip install 'stockade[build]'" in proc.stderr
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(req.startswith("pytest") for req in pyproject["project"]["optional-dependencies"]["build"])
