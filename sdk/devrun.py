@@ -46,6 +46,7 @@ from host.egress.transport import Pins, TransportFactory, pinned_transport_facto
 from host.errors import StockadeError
 from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
+from host.secrets import check_secret
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
@@ -129,6 +130,10 @@ def read_secret(spec: str, *, environ: Mapping[str, str] | None = None) -> tuple
         )
     if not value:
         raise ValueError(f"--secret {name}: the value is empty")
+    try:
+        check_secret(name, value)  # the store's rules, before anything is built or run
+    except ValueError as exc:
+        raise ValueError(f"--secret {name}: {exc}") from None
     return name, value
 
 

@@ -135,12 +135,15 @@ def test_missing_required_secret_hint_is_the_dev_option_that_works(echo_bundle: 
         ("token", "NAME=@FILE or NAME=env:VAR"),
         ("token=env:STOCKADE_TEST_UNSET", "is not set"),
         ("token=@/nonexistent/file", "cannot read"),
+        ("token=env:SHORT", "at least 8 characters"),
+        ("Token=env:LONG", "must match"),
     ],
-    ids=["literal", "no-value", "unset-env", "missing-file"],
+    ids=["literal", "no-value", "unset-env", "missing-file", "too-short", "bad-name"],
 )
 def test_secret_on_the_command_line_refused(spec: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        read_secret(spec, environ={})
+    with pytest.raises(ValueError, match=message) as refused:
+        read_secret(spec, environ={"SHORT": "abc", "LONG": "long-enough-value"})
+    assert "abc" not in str(refused.value) and "long-enough" not in str(refused.value)
 
 
 def test_secret_from_file_and_env(tmp_path: Path) -> None:
@@ -191,6 +194,13 @@ def test_cli_dev_allow_host_is_printed_loudly(echo_bundle: Path, tmp_path: Path)
     assert code == 0, err
     assert "WARNING: --allow-host extra.example widens the egress allowlist for this dev run only" in err
     assert "[http] allow in stockade.toml" in err
+
+
+def test_cli_dev_short_secret_is_a_usage_error_naming_the_rule(echo_bundle: Path, tmp_path: Path) -> None:
+    # Was exit 70 INTERNAL_ERROR ("this is a bug") from the store, after the build.
+    code, _, err = _dev_cli("echo.echo", "--bundle", str(echo_bundle), "--secret", "bearer_token=env:SHORT",
+                            cwd=tmp_path, SHORT="abc")
+    assert code == 2 and "at least 8 characters" in err and "INTERNAL_ERROR" not in err, err
 
 
 def test_cli_dev_refuses_a_literal_secret(echo_bundle: Path, tmp_path: Path) -> None:
