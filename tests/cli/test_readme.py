@@ -126,6 +126,8 @@ def test_quickstarts_run_as_written_in_order(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=600, check=False)
     assert app.returncode == 0, app.stderr
     assert app.stdout.strip() == "True {'greeting': 'Hello, Ada!'}"
+    # It loads what the CLI compiled into the per-user cache; a state-dir cache means it compiled again.
+    assert not (project / ".stockade" / "artifacts").exists() and not (project / ".stockade" / "artifact.key").exists()
 
     _git(project, "init", "-q", "-b", "main")
     _git(project, "add", "-A")
