@@ -58,6 +58,8 @@ def test_serve_keeps_its_state_in_the_configured_postgres_store(pg_cluster: Clus
     env = cli_env(STOCKADE_STORE=dsn, STOCKADE_HOME=str(home))
     repo = make_repo(tmp_path / "repo")
     assert run_cli("store", "migrate", cwd=tmp_path, env=env).returncode == 0
+    home.mkdir(mode=0o700)
+    (home / "policy.json").write_bytes(repo.policy.read_bytes())  # serve refuses to list no tools
     served = run_cli("serve", "--lock", str(repo.gen1), "--project", "p", "--subject", "alice",
                      cwd=tmp_path, env=env, stdin="", timeout=300)  # stdin at EOF: the server stops
     assert served.returncode == 0, served.stderr
