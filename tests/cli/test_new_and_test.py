@@ -10,6 +10,7 @@ builds over the workers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -82,6 +83,15 @@ def test_test_exit_status_is_1_when_a_test_fails_or_none_ran(tmp_path: Path) -> 
     none_ran = stockade("test", str(project), "--", "-q", "-k", "no_such_test", cwd=tmp_path)
     assert none_ran.returncode == 1  # pytest's 5 (no tests ran) is a failure too
     assert "deselected" in none_ran.stdout
+
+
+@pytest.mark.parametrize("lang", ["python", "javascript"])
+def test_new_project_readme_fences_pair_up(tmp_path: Path, lang: str) -> None:
+    # The scaffold's README closed its command block with a doubled fence.
+    assert stockade("new", "fences", "--lang", lang, cwd=tmp_path).returncode == 0
+    lines = (tmp_path / "fences" / "README.md").read_text().splitlines()
+    fences = [n for n, line in enumerate(lines) if line.startswith("```")]
+    assert len(fences) % 2 == 0 and all(b - a > 1 for a, b in itertools.pairwise(fences))
 
 
 def test_new_refuses_a_non_empty_directory(tmp_path: Path) -> None:
