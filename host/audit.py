@@ -553,7 +553,11 @@ class AuditLog:
         try:
             lock_exclusive(self._fd, blocking=False)
         except LockHeld:
-            raise AuditUnavailable("the audit log is open in another writer") from None
+            raise AuditUnavailable(
+                "the audit log is open in another writer (another Stockade process on this state dir?)",
+                hint="Stop the other process, or give this one its own state dir and audit log; processes "
+                "that must share state use the PostgreSQL store (--store postgresql://…, docs/operators.md).",
+            ) from None
         except OSError as exc:
             raise AuditUnavailable(f"cannot lock the audit log: {exc.strerror or exc}") from None
 

@@ -98,6 +98,7 @@ __all__ = [
     "SecretInfo",
     "SecretValue",
     "SecretsStore",
+    "check_secret",
     "generate_key_file",
 ]
 
@@ -233,6 +234,20 @@ def _check_name(name: object) -> str:
     if not _NAME_RE.fullmatch(name):
         raise ValueError(f"secret name {name!r} must match ^[a-z][a-z0-9_]{{0,63}}$")
     return name
+
+
+def check_secret(name: str, value: str) -> None:
+    """Check a secret's name and value against the store's rules before storing it.
+
+    For callers that take a value from a person (``stockade dev --secret``): the refusal
+    is a usage error there, not a failure halfway through.
+
+    Raises:
+        ValueError: the name or value breaks a rule (the message names the rule, never
+            the value).
+    """
+    _check_name(name)
+    _check_value(value)
 
 
 def _check_value(value: object) -> str:

@@ -28,7 +28,7 @@ from host.runtime.engine import (
 )
 from sdk._cachedir import artifacts_dir
 
-__all__ = ["CACHE_MAX_BYTES", "cached_component", "remember"]
+__all__ = ["CACHE_MAX_BYTES", "cached_component", "is_cached", "remember"]
 
 CACHE_MAX_BYTES = 4 * 1024**3  # bytes; the default cap of HostConfig.artifact_cache_max_bytes
 
@@ -70,6 +70,12 @@ def cached_component(module: bytes) -> tuple[wc.Component, wasmtime.Engine, bool
         return wc.Component(_engine(compiler), module), _engine(compiler), True
     except wasmtime.WasmtimeError as exc:
         raise ComponentRefused(f"the component does not compile: {str(exc)[:500]}") from exc
+
+
+def is_cached(module: bytes) -> bool:
+    """Whether the per-user artifact cache holds a compiled artifact of ``module`` (for
+    progress lines: :func:`cached_component` still verifies it before use)."""
+    return _cache(selected_compiler()).path(hashlib.sha256(module).hexdigest()).is_file()
 
 
 def remember(module: bytes, component: wc.Component) -> None:

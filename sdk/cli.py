@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from host.errors import StockadeError
 from sdk.commands import COMMANDS, find
@@ -147,7 +148,8 @@ def _parser(command: str | None) -> _Parser:
         epilog=(
             "Global options (--json, --debug, --config, --version) may appear anywhere.\n"
             "Exit codes: 0 ok, 1 refused or failed, 2 usage error, 3 diff found an escalation,\n"
-            "4 diff: the new lock is not a direct successor, 70 internal error (a bug).\n"
+            "4 diff: the new lock is not a direct successor, 70 internal error (a bug),\n"
+            "141 the reader of the output went away (`stockade … | head`).\n"
             "Run `stockade COMMAND --help` for each command; `stockade init` to set up a host."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -254,7 +256,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _usage_error(missing, as_json=True)
         parser.print_help()
         return EXIT_USAGE
-    return _run(args)
+    status = _run(args)
+    try:
+        sys.stdout.flush()  # here, not at interpreter exit, where EPIPE prints a traceback
+    except BrokenPipeError:
+        return _reader_gone()
+    return status
+
+
+EXIT_PIPE: Final = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
+
+
+def _reader_gone() -> int:
+    """Exit quietly when stdout's reader went away (EPIPE): point stdout at /dev/null so the
+    interpreter's final flush does not fail again, and say nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE
 
 
 def _print_version(*, as_json: bool) -> int:
@@ -276,6 +295,8 @@ def _run(args: argparse.Namespace) -> int:
     except CommandFailed as exc:
         _report(args, exc.code, exc.message, exc.hint, exc.to_dict())
         return EXIT_USAGE if isinstance(exc, UsageFailed) else EXIT_FAILED
+    except BrokenPipeError:  # `stockade … | head`: the reader has what it wanted
+        return _reader_gone()
     except OSError as exc:
         message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         _report(args, "IO_ERROR", message, "check the path and its permissions", {"code": "IO_ERROR"})

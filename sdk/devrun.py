@@ -22,9 +22,12 @@ The workspace is removed when the call returns.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import secrets as _random
+import shlex
 import shutil
 import tempfile
 import time
@@ -43,6 +46,7 @@ from host.egress.transport import Pins, TransportFactory, pinned_transport_facto
 from host.errors import StockadeError
 from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
+from host.secrets import check_secret
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
@@ -126,6 +130,10 @@ def read_secret(spec: str, *, environ: Mapping[str, str] | None = None) -> tuple
         )
     if not value:
         raise ValueError(f"--secret {name}: the value is empty")
+    try:
+        check_secret(name, value)  # the store's rules, before anything is built or run
+    except ValueError as exc:
+        raise ValueError(f"--secret {name}: {exc}") from None
     return name, value
 
 
@@ -200,6 +208,24 @@ def _tool_version(bundle: Bundle, tool: str) -> str:
         if spec.name == tool:
             return spec.version
     return bundle.manifest.package.version  # the host answers TOOL_NOT_FOUND
+
+
+def _dev_secret_hint(result: CallResult, tool: str) -> CallResult:
+    """Point a missing required secret at ``--secret``: the host's own hint names
+    ``stockade secrets set`` for the run's random principal, whose state is thrown away."""
+    error = result.error
+    secret = error.details.get("secret") if error is not None else None
+    if error is None or error.code != "CREDENTIAL_UNAVAILABLE" or not isinstance(secret, str):
+        return result
+    variable = re.sub(r"[^A-Z0-9_]", "_", secret.upper())
+    hint = (
+        f"give it to this run: `stockade dev {shlex.quote(tool)} --secret "
+        f"{shlex.quote(secret)}=env:{variable}` (or {shlex.quote(secret)}=@FILE). Every tool of a "
+        "package needs the package's required secrets; declare the credential `optional = true` in "
+        "stockade.toml if some tools do without it"
+    )
+    message = f"secret {secret!r} is required by this package and was not given with --secret"
+    return dataclasses.replace(result, error=dataclasses.replace(error, message=message, hint=hint))
 
 
 def _call(host: Host, request: CallRequest) -> tuple[CallResult, bool]:
@@ -294,6 +320,7 @@ def dev_run(
                 input=dict(input),
             )
             result, approved = _call(host, request)
+            result = _dev_secret_hint(result, tool)
             timings["call"] = time.monotonic() - started
         package = staged.manifest.package
         return DevOutcome(

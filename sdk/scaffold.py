@@ -74,10 +74,9 @@ stockade build              # -> dist/$name-0.1.0/{manifest.json,module.wasm}
 stockade test               # build, then run tests/ against a real host with scripted HTTP
 stockade inspect dist/$name-0.1.0   # what the bundle may reach and do, as a reviewer sees it
 stockade keygen --out signing.pem --keys-file trusted-keys.json   # once; never commit signing.pem
-stockade sign dist/$name-0.1.0 --key signing.pem                  # prints the signature
+stockade sign dist/$name-0.1.0 --key signing.pem                  # optional: shows what lock add --key signs
 stockade lock add dist/$name-0.1.0 --key signing.pem              # signed entry in ./stockade.lock
 stockade lock verify --trusted-keys trusted-keys.json --require-signatures
-```
 ```
 
 - `stockade.toml` declares everything the host enforces: tools and their schemas,

@@ -26,6 +26,7 @@ from host.audit import AuditLog
 from host.auditkey import AuditKey
 from host.config import HostConfig
 from host.egress.policy import EgressPolicy, Resolver, system_resolver
+from host.errors import AuditUnavailable
 from host.formats.mcppin import PinnedSource, load_pinned_sources
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.rpc import McpNetwork
@@ -33,7 +34,7 @@ from host.mcpsource.source import McpSource
 from host.policy.bindings import package_bindings
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
-from host.store.local import LocalStore
+from host.store.local import LocalStore, check_state_dir_free
 from host.store.port import StateStore
 from host.tools.base import HostToolSet
 from host.trust.lock import LoadedLock, TrustedKeys, load_lock
@@ -192,7 +193,14 @@ def local_store(config: HostConfig, audit: AuditLog | str | Path | None) -> Loca
         raise TypeError("Host.open needs audit= (a path or an AuditLog) or store=")
     if isinstance(audit, AuditLog):
         return LocalStore(config.state_dir, audit=audit)
-    return LocalStore(config.state_dir, audit=open_audit(Path(audit), config), owns_audit=True)
+    try:
+        log = open_audit(Path(audit), config)
+    except AuditUnavailable:
+        # Held by another writer: most likely another host process on this state dir
+        # (`stockade serve`); say that, with the way to share it, as a second store would.
+        check_state_dir_free(config.state_dir)
+        raise
+    return LocalStore(config.state_dir, audit=log, owns_audit=True)
 
 
 def open_audit(path: Path, config: HostConfig) -> AuditLog:

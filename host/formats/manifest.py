@@ -690,5 +690,30 @@ def _credential_host_problems(http: dict[str, Any]) -> Iterator[dict[str, str]]:
             if not any(allowed.covers(pattern) for allowed in patterns):
                 yield {
                     "loc": f"http.credentials.{index}.hosts.{position}",
-                    "msg": f"credential host {text[:200]!r} is not admitted by any http.allow entry",
+                    "msg": f"credential host {text[:200]!r} is not admitted by any http.allow entry"
+                    + _credential_host_advice(text, pattern, patterns),
                 }
+
+
+def _spelled(pattern: HostPattern) -> str:
+    """``scheme://host[:port]`` as a credential ``hosts`` entry (the port when not the default)."""
+    host = f"[{pattern.host}]" if ":" in pattern.host else pattern.host
+    port = "" if pattern.port == {"http": 80, "https": 443}[pattern.scheme] else f":{pattern.port}"
+    return f"{pattern.scheme}://{'*.' if pattern.wildcard else ''}{host}{port}"
+
+
+def _credential_host_advice(text: str, pattern: HostPattern, allowed: list[HostPattern]) -> str:
+    """Why a credential host missed its allow entry: a scheme-less, port-less entry is
+    ``https`` on 443, so ``127.0.0.1`` misses ``http://127.0.0.1:18080``; name the
+    spelling that matches when an allow entry differs only in scheme or port."""
+    read_as = f" (read as {_spelled(pattern)}"
+    read_as += ": a credential host without a scheme or port is https on 443)" if "://" not in text else ")"
+    fits = [
+        _spelled(other)
+        for other in allowed
+        if other.covers(HostPattern(scheme=other.scheme, host=pattern.host, port=other.port,
+                                    wildcard=pattern.wildcard))
+    ]  # fmt: skip
+    if fits:
+        return f"{read_as}; to match the allow entry, write " + " or ".join(map(repr, dict.fromkeys(fits)))
+    return read_as

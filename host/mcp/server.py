@@ -320,6 +320,12 @@ class StockadeMCP:
             self._release(slot)
         return types.ListToolsResult(tools=sorted(visible, key=lambda t: t.name))
 
+    def visible_tools(self, principal: Principal) -> list[str]:
+        """The names ``tools/list`` shows ``principal`` now (``stockade serve`` refuses none)."""
+        host = self.host
+        tools = [self._tool(host, entry) for entry in host.tools("mcp")]
+        return sorted(t.name for t, d in tools if not self._hidden(host, principal, d))
+
     def _tool(self, host: Host, entry: Mapping[str, Any]) -> tuple[types.Tool, ToolDefinition]:
         name, version = host.resolve_tool("mcp", entry["name"])
         definition = host.registry.get(name, version)

@@ -68,7 +68,7 @@ def check_bind(host: str, *, authenticated: bool) -> None:
     if not authenticated and not is_loopback(host):
         raise ValueError(
             f"refusing to serve on {host!r} without authentication: anyone who can reach it "
-            "could call tools as the configured principal; pass --tokens FILE "
+            "could call tools as the configured principal; pass --tokens-file FILE "
             "(see `stockade tokens add`) or bind to 127.0.0.1"
         )
 
@@ -113,8 +113,8 @@ def http_app(
         verifier: checks bearer tokens (:class:`StockadeTokenVerifier` over a tokens
             file, or :class:`host.mcp.oauth.JwtVerifier`); ``None``: no authentication,
             the fixed principal, loopback only.
-        issuer: the OAuth issuer named in the protected-resource metadata (default: this
-            server, for stockade tokens).
+        issuer: the OAuth issuer named in the protected-resource metadata; ``None`` (stockade
+            tokens): no metadata is published.
         allowed_origins: extra accepted ``Origin`` values.
         limits: sessions per principal and in total, idle expiry (:mod:`host.mcp.limits`).
 
@@ -139,7 +139,11 @@ def http_app(
     }
     if verifier is not None:
         base = f"http://{shown}:{port}"
-        kwargs["auth"] = AuthSettings(issuer_url=issuer or base, resource_server_url=f"{base}/mcp")
+        # Protected-resource metadata (RFC 9728) only names a real authorization server: for
+        # stockade tokens there is none, and metadata naming this server sends OAuth-capable
+        # clients into an interactive login against a 404.
+        resource = f"{base}/mcp" if issuer is not None else None
+        kwargs["auth"] = AuthSettings(issuer_url=issuer or base, resource_server_url=resource)
         kwargs["token_verifier"] = verifier
     starlette = app.server.streamable_http_app(**kwargs)
     manager = app.server.session_manager

@@ -44,7 +44,7 @@ from host.ratelimit import RateLimiter
 from host.store.port import StoreLifecycle
 from host.trust.lock import LoadedLock, LockState
 
-__all__ = ["LOCK_FILE", "LocalLockGenerations", "LocalStore", "overrides_of"]
+__all__ = ["LOCK_FILE", "LocalLockGenerations", "LocalStore", "check_state_dir_free", "overrides_of"]
 
 LOCK_FILE: Final = "store.lock"
 
@@ -121,6 +121,20 @@ class LocalStore(StoreLifecycle):
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.state_dir)!r})"
+
+
+def check_state_dir_free(state_dir: Path) -> None:
+    """Refuse a state dir whose lock another process holds (a running ``stockade serve``).
+
+    For a caller that found another resource of the state dir taken (its audit log) and
+    must say why: the refusal is the one a second :class:`LocalStore` gets.
+
+    Raises:
+        StoreUnavailable: another process holds ``state_dir``'s lock.
+    """
+    path = Path(state_dir) / LOCK_FILE
+    if path.exists():
+        _release(_hold(path))
 
 
 _HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, stores using it)

@@ -63,6 +63,7 @@ def _since(text: str) -> float:
 
 
 _CHECKPOINT: Final = "audit.checkpoint"  # host.audit.CHECKPOINT_KIND (not imported: start-up time)
+_ACCEPTED: Final = "lock.accepted"
 
 
 def _matches(record: dict[str, Any], args: argparse.Namespace) -> bool:
@@ -94,8 +95,9 @@ def _outcome(record: dict[str, Any]) -> tuple[str, str]:
     return "refused", str(code)
 
 
-def line_for(record: dict[str, Any]) -> str:
-    """One record as one line of text (control characters shown escaped)."""
+def line_for(record: dict[str, Any], repeats: int = 1) -> str:
+    """One record as one line of text (control characters shown escaped); ``repeats``: how
+    many identical ``lock.accepted`` records it stands for."""
     stamp = record.get("time")
     when = (
         datetime.fromtimestamp(stamp / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -103,7 +105,7 @@ def line_for(record: dict[str, Any]) -> str:
         else "?"
     )
     who = f"{record['project']}/{record['subject']}" if "project" in record and "subject" in record else "-"
-    tool = f"{record['tool']}@{record.get('version', '?')}" if "tool" in record else "-"
+    tool = f"{record['tool']}@{record.get('version', '?')}" if "tool" in record else _drifted(record)
     outcome, code = _outcome(record)
     usage = record.get("usage")
     micros = usage.get("duration_us") if isinstance(usage, dict) else None
@@ -122,8 +124,50 @@ def line_for(record: dict[str, Any]) -> str:
         duration,
         ",".join(hosts) or "-",
         *_change(record),
+        *_accepted(record, repeats),
     )
     return safe_text("  ".join(fields))
+
+
+def _drifted(record: dict[str, Any]) -> str:
+    """An ``mcp.drift`` record's tools, ``SOURCE: tool (change), …``; ``-`` for other kinds."""
+    drift = record.get("drift")
+    if record.get("kind") != "mcp.drift" or not isinstance(drift, list):
+        return "-"
+    tools = [f"{d.get('tool', '?')} ({d.get('change', '?')})" for d in drift if isinstance(d, dict)]
+    return f"{record.get('source', '?')}: {', '.join(tools) or '-'}"
+
+
+def _accepted(record: dict[str, Any], repeats: int) -> tuple[str, ...]:
+    """A ``lock.accepted`` record's generation, and how many times it was recorded."""
+    if record.get("kind") != _ACCEPTED:
+        return ()
+    times = f" (recorded {repeats} times: once per host opened on it)" if repeats > 1 else ""
+    return (f"generation {record.get('generation', '?')}{times}",)
+
+
+def fold_accepted(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Each record with how many times it repeats; a ``lock.accepted`` of a generation
+    (and digest) seen before is folded into the first one: every CLI invocation that opens
+    the host records one, and the log doubled for people."""
+    shown: list[tuple[dict[str, Any], int]] = []
+    first: dict[tuple[str, str], int] = {}
+    for record in records:
+        key = _accepted_key(record)
+        if key is not None and key in first:
+            at = first[key]
+            shown[at] = (shown[at][0], shown[at][1] + 1)
+            continue
+        if key is not None:
+            first[key] = len(shown)
+        shown.append((record, 1))
+    return shown
+
+
+def _accepted_key(record: dict[str, Any]) -> tuple[str, str] | None:
+    if record.get("kind") != _ACCEPTED:
+        return None
+    return str(record.get("generation")), str(record.get("digest"))
 
 
 def _change(record: dict[str, Any]) -> tuple[str, ...]:
@@ -170,23 +214,33 @@ def run_show(args: argparse.Namespace) -> int:
     lines = [0]
     with open(path, "rb") as handle:
         found = [r for r in _records(handle, lines, bad) if _matches(r, args)]
-        for record in found[-args.last :] if args.last else found:
-            _emit(record, args)
+        # --json keeps every record; people see a generation's acceptance once, with a count
+        rows = [(r, 1) for r in found] if args.json else fold_accepted(found)
+        for record, repeats in rows[-args.last :] if args.last else rows:
+            _emit(record, args, repeats)
         if args.follow:
-            _follow(handle, lines, args, bad)
+            seen = {key for key in map(_accepted_key, found) if key is not None}
+            _follow(handle, lines, args, bad, seen)
     return EXIT_FAILED if bad else EXIT_OK
 
 
-def _emit(record: dict[str, Any], args: argparse.Namespace) -> None:
-    text = json.dumps(record, sort_keys=True) if args.json else line_for(record)
+def _emit(record: dict[str, Any], args: argparse.Namespace, repeats: int = 1) -> None:
+    text = json.dumps(record, sort_keys=True) if args.json else line_for(record, repeats)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
-def _follow(handle: IO[bytes], lines: list[int], args: argparse.Namespace, bad: list[int]) -> None:
+def _follow(
+    handle: IO[bytes], lines: list[int], args: argparse.Namespace, bad: list[int], seen: set[tuple[str, str]]
+) -> None:
     try:
         while True:
             for record in _records(handle, lines, bad):
+                key = _accepted_key(record)
+                if not args.json and key is not None and key in seen:
+                    continue  # the same generation accepted again by another invocation
+                if key is not None:
+                    seen.add(key)
                 if _matches(record, args):
                     _emit(record, args)
             time.sleep(FOLLOW_POLL_S)

@@ -83,7 +83,7 @@ def explain(
         "principal": {"project": args.project, "subject": args.subject},
         "decision": decision,
         "engine": {"effect": engine_verdict.value, "roles": roles, "permissions": permissions},
-        "managed_cap": {"mode": cap.value, "dir": str(settings.admin_policy_dir) if settings else None},
+        "managed_cap": {"mode": cap.value, "dir": _admin_dir(settings)},
         "user_tool_policy": {
             "mode": user_mode.value,
             "source": "user selector" if detail.selector is not None else f"class default for {effect.value}",
@@ -101,6 +101,13 @@ def explain(
         },
         "audit_log": str(audit_path(args)),
     }
+
+
+def _admin_dir(settings: Any) -> str | None:
+    """The managed-policy directory the host file names, or ``None`` (a file without one
+    printed ``(None)``)."""
+    configured = getattr(settings, "admin_policy_dir", None)
+    return str(configured) if configured is not None else None
 
 
 def render(report: dict[str, Any]) -> None:

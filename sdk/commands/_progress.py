@@ -20,11 +20,23 @@ from sdk.commands._common import cell, safe_text, stderr_console
 if TYPE_CHECKING:  # host.runtime imports wasmtime: `stockade build` never needs it
     from host.runtime import ProgressEvent
 
-__all__ = ["LINE_EVERY_S", "BuildReport", "CompileReport", "author_progress", "problems_listed"]
+__all__ = [
+    "LINE_EVERY_S",
+    "TEMPORARY_BUNDLE_NOTE",
+    "BuildReport",
+    "CompileReport",
+    "author_progress",
+    "problems_listed",
+]
 
 BuildReport = Callable[[str, float], None]
 CompileReport = Callable[["ProgressEvent"], None]
 LINE_EVERY_S: Final = 10.0  # s between repeated plain lines of one long stage
+# `stockade test` and `dev` build into a temporary directory (docs/authors.md): say so.
+TEMPORARY_BUNDLE_NOTE: Final = (
+    "the bundle was built in a temporary directory; dist/ is unchanged: `stockade build` (or "
+    "`stockade lock add .`) before locking"
+)
 _COUNTER: Final = re.compile(r"\s*\([^()]*\)$")  # "componentize-py (12 s)" -> "componentize-py"
 _COMPILE_VERBS: Final = {
     "cached": "loaded compiled {name} from the cache",

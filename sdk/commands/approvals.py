@@ -91,6 +91,9 @@ def _queue(args: argparse.Namespace) -> Iterator[Any]:
         yield store.pending
 
 
+_SHORT = 12  # digest characters in the table; the full digest follows on its own line
+
+
 def _list(args: argparse.Namespace) -> int:
     with _queue(args) as queue:
         entries = queue.entries()
@@ -102,7 +105,7 @@ def _list(args: argparse.Namespace) -> int:
     )
     for e in entries:
         table.add_row(
-            cell(e.action_digest),
+            cell(e.action_digest[:_SHORT] + "…"),
             cell(f"{e.subject} in {e.project}"),
             cell(f"{e.tool}@{e.version} (gen {e.generation})"),
             cell(f"{e.effect}/{e.risk}"),
@@ -113,6 +116,9 @@ def _list(args: argparse.Namespace) -> int:
             time.strftime("%H:%M:%S", time.gmtime(e.expires_at)),
         )
     stdout_console().print(table)
+    for e in entries:  # whole, one per line, never cut by the table's width: the commands take it
+        digest = safe_text(e.action_digest)
+        print(f"{digest[:_SHORT]}…  stockade approvals approve {digest}")
     return EXIT_OK
 
 

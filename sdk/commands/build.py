@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk.build import BundleLocked, build_project
+from sdk.build import BuildResult, BundleLocked, build_project
 from sdk.commands._common import CommandFailed
 from sdk.commands._progress import author_progress, problems_listed
 
@@ -49,18 +49,28 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Build and report where the bundle is."""
-    started = time.monotonic()
+def build_reported(project: Path, *, out_dir: Path | None = None, show: bool = True) -> BuildResult:
+    """Build ``project`` with progress on stderr (``show``), as ``stockade build`` does.
+
+    Raises:
+        CommandFailed: BUNDLE_LOCKED, a lock pins the bundle with other digests.
+        ManifestInvalid, BuildError: the project does not build.
+    """
     try:
-        with problems_listed(enabled=not args.json), author_progress(enabled=not args.json) as (on_build, _):
-            result = build_project(args.dir, out_dir=args.out, progress=on_build)
+        with problems_listed(enabled=show), author_progress(enabled=show) as (on_build, _):
+            return build_project(project, out_dir=out_dir, progress=on_build)
     except BundleLocked as exc:
         hint = (
             f"bump [package] version in stockade.toml for a new release, or build elsewhere with --out; "
             f"to replace the locked bundle on purpose, `stockade lock remove {exc.name}` first"
         )
         raise CommandFailed("BUNDLE_LOCKED", f"{exc}; the bundle was not overwritten", hint=hint) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build and report where the bundle is."""
+    started = time.monotonic()
+    result = build_reported(args.dir, out_dir=args.out, show=not args.json)
     elapsed = time.monotonic() - started
     summary = {
         "bundle": str(result.bundle_dir),

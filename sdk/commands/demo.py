@@ -9,7 +9,7 @@ approved by a person, the hostile plugin's tricks contained, a lock upgrade revi
 
 Without a terminal on standard input (a pipe, CI) it runs as ``--ci``.
 
-Caches: $STOCKADE_CACHE (default ~/.cache/stockade/demo).
+Caches: demo/ under the per-user cache ($STOCKADE_CACHE_DIR, default ~/.cache/stockade).
 
 Exit codes: 0 every step behaved as expected, 1 a step did not (or setup failed),
 2 usage error.

@@ -37,7 +37,7 @@ from sdk.commands._common import (
     stderr_console,
     user_input,
 )
-from sdk.commands._progress import author_progress, problems_listed
+from sdk.commands._progress import TEMPORARY_BUNDLE_NOTE, author_progress, problems_listed
 from sdk.devrun import DevOutcome, dev_run, read_secret
 from sdk.project import PROJECT_FILE
 
@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(_as_json(outcome, total))
     else:
         _show(outcome, total)
+        if project is not None:
+            console.print(TEMPORARY_BUNDLE_NOTE, highlight=False)
     return EXIT_OK if outcome.result.ok else EXIT_FAILED
 
 

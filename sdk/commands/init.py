@@ -6,7 +6,8 @@ each command; creates the state directory (mode 0700), an empty policy file
 (``policy.json``) and the secrets master key (``master.key``, mode 0600), keeping any
 that already exist; then prints the commands that take you to a first call: for each
 tool of the lock, the ``stockade policy grant-tool`` line that grants exactly what it
-declares, and a ``stockade call`` line.
+declares, and a ``stockade call`` line. The lock's packages are compiled into the
+per-user artifact cache, so ``stockade serve`` started afterwards starts warm.
 
 ``--trusted-keys FILE`` also turns on ``require_signatures`` (pass
 ``--allow-unsigned`` to keep unsigned packages loadable: it records
@@ -112,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     created = _make_state(state)
     waived = bool(settings.unsafe_allow_unsigned)
     lock = settings.lock
-    tools, problem = _locked_tools(lock, settings.trusted_keys, waived) if lock else ([], None)
+    show = not args.json
+    tools, problem = _locked_tools(lock, settings.trusted_keys, waived, show=show) if lock else ([], None)
     steps = _next_commands(args, tools, settings.lock, problem)
     if args.json:
         print_json(
@@ -214,10 +216,17 @@ def sample_input(schema: Any) -> Any:
 Locked = tuple[str, str, list[str], Any]
 
 
-def _locked_tools(lock: Path, trusted_keys: Path | None, waived: bool) -> tuple[list[Locked], str | None]:
+def _locked_tools(
+    lock: Path, trusted_keys: Path | None, waived: bool, *, show: bool
+) -> tuple[list[Locked], str | None]:
     """(tool, version, required secrets, sample input) of every locked tool, and why the
-    lock could not be read (``None`` when it could, or when there is no lock yet)."""
+    lock could not be read (``None`` when it could, or when there is no lock yet).
+
+    Each package is compiled into the artifact cache ``stockade serve`` loads from, so a
+    server registered after ``init`` starts warm.
+    """
     from host.errors import StockadeError
+    from sdk.commands._warm import warm_packages
 
     if not lock.exists():
         return [], None
@@ -227,6 +236,7 @@ def _locked_tools(lock: Path, trusted_keys: Path | None, waived: bool) -> tuple[
         )
     except StockadeError as exc:
         return [], f"{exc.code}: {exc.message}"
+    warm_packages([(p.binding.package, p.module_bytes) for p in loaded.packages], show=show)
     found: list[Locked] = []
     for package in loaded.packages:
         http = package.manifest.http

@@ -19,9 +19,12 @@ edit without a key writes an unsigned generation.
 
 ``verify`` checks what a host would check before compiling anything: the lock signature
 (``--trusted-operator-keys``), every digest, every package signature (``--trusted-keys``,
-``--require-signatures``) and every manifest; ``--components`` also runs the component
-import/export checks, and ``--state-dir`` compares the generation and package versions
-with a host's accepted state (read only). Nothing is written.
+``--require-signatures``) and every manifest; then it compiles each package into the
+per-user artifact cache ``stockade serve`` and hosts load from (one line per package
+compiled now), so a server started afterwards starts warm; ``--components`` also refuses
+a component that fails the host's import/export checks, and ``--state-dir`` compares the
+generation and package versions with a host's accepted state (read only). Nothing but the
+artifact cache is written.
 
 Exit codes: 0 ok, 1 refused (the error code says why), 2 usage error.
 """
@@ -34,20 +37,26 @@ from typing import Any
 
 from host.errors import ComponentRefused
 from host.trust.lock import LoadedLock, LockEntry, LockState
+from sdk._stale import project_of, staleness
 from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
     add_unsigned_option,
+    cell,
     print_json,
     signatures_waived,
     stderr_console,
 )
 from sdk.commands._registry import add_registry_options, add_verify_options
+from sdk.commands._warm import say_compiling, warm_packages
 from sdk.commands.lockmcp import register_add_mcp
 from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
 from sdk.lockfile import LockUpdate, add_package, remove_package, sign_lock
-from sdk.review import component_report, load_for_review
+from sdk.project import PROJECT_FILE
+from sdk.review import load_for_review
+
+_SAY_BYTES = 512 * 1024 * 1024  # bytes; larger modules are refused by add_package anyway
 
 
 def register(sub: Any) -> None:
@@ -66,8 +75,14 @@ def register(sub: Any) -> None:
         "the lock, recording the source) and add it to the lock as a new generation.",
     )
     add.add_argument(
-        "bundle", metavar="BUNDLE_DIR|oci://REF@sha256:…",
-        help="bundle directory under the lock's directory, or a digest-pinned registry reference",
+        "bundle", metavar="BUNDLE_DIR|PROJECT_DIR|oci://REF@sha256:…",
+        help="bundle directory under the lock's directory, a plugin project (built first into its "
+        "dist/), or a digest-pinned registry reference",
+    )
+    add.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a bundle older than its project's sources or stockade.toml (default: warn)",
     )
     add.add_argument(
         "--key",
@@ -140,7 +155,8 @@ def register(sub: Any) -> None:
     verify.add_argument(
         "--components",
         action="store_true",
-        help="also compile each component and check its imports and exports",
+        help="also refuse a component the host would refuse (its imports and exports); every "
+        "package is compiled into the artifact cache `stockade serve` uses either way",
     )
     verify.add_argument(
         "--state-dir",
@@ -211,6 +227,13 @@ def run_add(args: argparse.Namespace) -> int:
     bundle, source, signature = Path(args.bundle), None, None
     if args.bundle.startswith("oci://"):
         bundle, source, signature = pull_for_lock(args)
+    elif (bundle / PROJECT_FILE).is_file():
+        bundle = _build_project(bundle, show=not args.json)
+    else:
+        _refuse_stale(bundle, strict=args.strict)
+    module = bundle / "module.wasm"
+    if not args.json and module.is_file() and module.stat().st_size <= _SAY_BYTES:  # add_package compiles it
+        say_compiling(bundle.name, module.read_bytes())
     update = add_package(
         args.lock, bundle, private_key=key, operator_key=operator, source=source, signature=signature
     )
@@ -226,6 +249,44 @@ def run_add(args: argparse.Namespace) -> int:
         )
     verb = "replaced" if update.replaced is not None else "added"
     return _report(update, args, verb)
+
+
+def _build_project(project: Path, *, show: bool) -> Path:
+    """``lock add PROJECT_DIR``: build it into its ``dist/`` as ``stockade build`` does."""
+    from sdk.commands.build import build_reported  # the build toolchain only when building
+
+    result = build_reported(project, show=show)
+    if show:
+        stderr_console().print(f"built {cell(str(result.bundle_dir))}", highlight=False)
+    return result.bundle_dir
+
+
+def _refuse_stale(bundle: Path, *, strict: bool) -> None:
+    """Refuse a bundle in ``PROJECT/dist/`` that is not what the project builds now.
+
+    ``stockade test`` and ``dev`` build into temporary directories, so ``dist/`` keeps the
+    last ``stockade build``: locking it after an edit would lock the old manifest silently.
+
+    Raises:
+        CommandFailed: BUNDLE_STALE, the manifest differs (or, under ``strict``, a project
+            file is newer than the bundle).
+    """
+    project = project_of(bundle)
+    if project is None:
+        return
+    found = staleness(project, bundle)
+    where = str(project)
+    hint = f"run `stockade build {where}` first, or `stockade lock add {where}` to build and lock it"
+    if found.different:
+        raise CommandFailed("BUNDLE_STALE", f"{bundle} is stale: {found.different}", hint=hint)
+    if not found.newer:
+        return
+    files = ", ".join(found.newer[:5]) + (f" and {len(found.newer) - 5} more" if len(found.newer) > 5 else "")
+    message = f"{bundle} is older than {files} in {project}"
+    if strict:
+        raise CommandFailed("BUNDLE_STALE", message, hint=hint)
+    stderr_console().print(f"[yellow]warning:[/] {cell(message)}; {cell(hint)} (--strict refuses)",
+                           soft_wrap=True, highlight=False)
 
 
 def run_remove(args: argparse.Namespace) -> int:
@@ -249,11 +310,12 @@ def run_sign(args: argparse.Namespace) -> int:
     return _report(update, args, "signed")
 
 
-def _check_components(loaded: LoadedLock) -> None:
-    for package in loaded.packages:
-        refusal = component_report(package.module_bytes)["refusal"]
-        if refusal is not None:
-            name = package.binding.package
+def _warm(loaded: LoadedLock, *, refuse: bool, show: bool) -> None:
+    """Compile every package into the artifact cache ``stockade serve`` loads from; with
+    ``refuse``, a component the host would refuse fails the command."""
+    refused = warm_packages([(p.binding.package, p.module_bytes) for p in loaded.packages], show=show)
+    if refuse:
+        for name, refusal in refused.items():
             raise ComponentRefused(f"package {name}: {refusal['message']}", package=name)
 
 
@@ -266,8 +328,7 @@ def run_verify(args: argparse.Namespace) -> int:
         operator_keys=args.trusted_operator_keys,
         unsafe_allow_unsigned=signatures_waived(args),
     )
-    if args.components:
-        _check_components(loaded)
+    _warm(loaded, refuse=args.components, show=not args.json)  # a later `stockade serve` starts warm
     if args.state_dir is not None:
         LockState(args.state_dir.expanduser()).check(loaded)
     packages = [

@@ -23,6 +23,7 @@ Exit codes: 0 pinned (or nothing changed on --dry-run), 1 refused or no tool pin
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,14 @@ def run_add_mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def shown_value(value: Any) -> str:
+    """A pinned or live value as its reader wrote it: text as is, anything else as JSON
+    (``null``, ``false``, objects), never a Python repr (``None``, ``False``)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 def _print_drift(name: str, rows: list[dict[str, Any]]) -> None:
     console = stdout_console()
     if not rows:
@@ -208,9 +217,9 @@ def _print_drift(name: str, rows: list[dict[str, Any]]) -> None:
         console.print(f"[bold red]{row['change']}[/] {cell(name)}.{cell(row['tool'])} {fields}")
         for field in row["fields"]:
             if row["pinned"] is not None:
-                console.print(f"  - pinned {field}: {cell(row['pinned'].get(field))}")
+                console.print(f"  - pinned {field}: {cell(shown_value(row['pinned'].get(field)))}")
             if row["live"] is not None:
-                console.print(f"  + live   {field}: {cell(row['live'].get(field))}")
+                console.print(f"  + live   {field}: {cell(shown_value(row['live'].get(field)))}")
 
 
 def render_mcp_source(source: dict[str, Any], console: Any) -> None:
@@ -228,7 +237,7 @@ def render_mcp_source(source: dict[str, Any], console: Any) -> None:
     console.print(f"environment: {cell(', '.join(source['env']) or '(none)')}")
     for s in source["secrets"]:
         console.print(f"secret {cell(s['secret'])} → {cell(s['delivered_as'])}")
-    limits = ", ".join(f"{k}={v}" for k, v in source["limits"].items())
+    limits = ", ".join(f"{k}={shown_value(v)}" for k, v in source["limits"].items())
     console.print(f"limits: {cell(limits)}")
     console.print(f"isolation: {cell(source['isolation'])}")
     table = Table(title="pinned tools", title_justify="left", show_lines=True)

@@ -15,8 +15,8 @@ checkpoint, leaves a valid shorter log: pass ``--expected-head HASH`` (an ``audi
 you were given earlier) to detect that too.
 
 With ``--store postgresql://…`` (or ``STOCKADE_STORE``) instead of FILE, the chain is
-verified in place in the PostgreSQL state store (``--chain`` names it when the store holds
-several, e.g. ``project:p``), and its head row is checked too: records deleted from the
+verified in place in the PostgreSQL state store (every chain it holds, each reported;
+``--chain`` narrows to one, e.g. ``project:p``), and each head row is checked too: records deleted from the
 end of the table are detected unless the head row was rewound with them. Every report
 names the newest checkpoint it saw (its record hash, how many records it signs, key and
 time): keep that hash outside the database and pass it back as ``--expected-head`` to
@@ -229,44 +229,78 @@ def run_verify(args: argparse.Namespace) -> int:
     keys = load_public_keys(files) if files else None
     if args.file is not None:
         report = verify(args.file, expected_head=args.expected_head, keys=keys)
-    else:
-        from host.store.chain import pick_chain, verify_chain
+        return _show_verified(args, report, str(args.file), files)
+    from host.store.chain import pick_chain, verify_chain
 
-        with _store(args) as store:
-            chain = pick_chain(store, args.chain)
-            report = verify_chain(store, chain, expected_head=args.expected_head, keys=keys)
-        args.file = f"chain {chain!r} of {store!r}"
-    ok = report.ok
+    with _store(args) as store:
+        names = [pick_chain(store, args.chain)] if args.chain is not None else _chain_names(store)
+        if len(names) > 1 and args.expected_head is not None:
+            raise UsageFailed("USAGE", "--expected-head belongs to one chain", hint="name it with --chain")
+        reports = [
+            (name, verify_chain(store, name, expected_head=args.expected_head, keys=keys)) for name in names
+        ]
+    named = [(f"chain {name!r} of {store!r}", report) for name, report in reports]
+    if len(named) == 1:
+        return _show_verified(args, named[0][1], named[0][0], files)
+    if args.json:  # one object per chain, each shaped like the single-chain answer
+        results = [_verified_dict(args, report, where, files) for where, report in named]
+        print_json({"ok": all(r["ok"] for r in results), "chains": results})
+        return EXIT_OK if all(r["ok"] for r in results) else EXIT_FAILED
+    print(f"{len(named)} audit chains in {store!r} (--chain NAME verifies one):")
+    verdicts = [_show_verified(args, report, where, files) for where, report in named]
+    return EXIT_FAILED if any(verdicts) else EXIT_OK
+
+
+def _chain_names(store: Any) -> list[str]:
+    """Every chain of the store (``pick_chain`` refuses a store that holds none)."""
+    from host.store.chain import pick_chain
+
+    names = [name for name, _, _ in store.chains()]
+    return names if names else [pick_chain(store, None)]
+
+
+def _strict_ok(args: argparse.Namespace, report: VerifyReport) -> bool:
+    ok = bool(report.ok)
     if args.strict and ok and not (report.keys_checked and report.records and report.unsigned_tail == 0):
         ok = False
+    return ok
+
+
+def _verified_dict(
+    args: argparse.Namespace, report: VerifyReport, where: str, files: list[Path]
+) -> dict[str, Any]:
+    return {
+        "ok": _strict_ok(args, report),
+        "file": where,
+        "records": report.records,
+        "first_broken": report.first_broken,
+        "reason": report.reason,
+        "head": report.head,
+        "keys_checked": report.keys_checked,
+        "key_files": [str(f) for f in files],
+        "checkpoints": report.checkpoints,
+        "last_checkpoint": report.last_checkpoint,
+        "unsigned_tail": report.unsigned_tail,
+        "closed": report.closed,
+        "newest_checkpoint": None if report.anchor is None else dataclasses.asdict(report.anchor),
+    }
+
+
+def _show_verified(args: argparse.Namespace, report: VerifyReport, where: str, files: list[Path]) -> int:
+    """Print one verification (or its JSON); the exit status it alone would give."""
+    ok = _strict_ok(args, report)
     if args.json:
-        print_json(
-            {
-                "ok": ok,
-                "file": str(args.file),
-                "records": report.records,
-                "first_broken": report.first_broken,
-                "reason": report.reason,
-                "head": report.head,
-                "keys_checked": report.keys_checked,
-                "key_files": [str(f) for f in files],
-                "checkpoints": report.checkpoints,
-                "last_checkpoint": report.last_checkpoint,
-                "unsigned_tail": report.unsigned_tail,
-                "closed": report.closed,
-                "newest_checkpoint": None if report.anchor is None else dataclasses.asdict(report.anchor),
-            }
-        )
+        print_json(_verified_dict(args, report, where, files))
     elif report.ok:
-        print(f"ok: {report.records} records, chain intact ({args.file})\n  head {report.head}")
+        print(f"ok: {report.records} records, chain intact ({where})\n  head {report.head}")
         print(f"  {_signing_summary(report, files)}")
         print(f"  {_anchor_line(report)}")
         if not ok:
             why = "--strict needs a key and every record covered by a checkpoint"
             print(f"error: AUDIT_LOG_UNSIGNED: {why}", file=sys.stderr)
     else:
-        where = f"record {report.first_broken}" if report.first_broken else "the log"
-        print(f"error: AUDIT_LOG_BROKEN: {where} of {args.file}: {report.reason}", file=sys.stderr)
+        at = f"record {report.first_broken}" if report.first_broken else "the log"
+        print(f"error: AUDIT_LOG_BROKEN: {at} of {where}: {report.reason}", file=sys.stderr)
         print(
             f"  what to do: trust only the first {report.records} records (head {report.head}); "
             "investigate who changed the file",

@@ -117,4 +117,9 @@ def run(args: argparse.Namespace) -> int:
     for name, value in fields.items():
         if name not in ("package", "version"):
             print(f"  {name:<16}{value}")
+    stderr_console().print(
+        f"nothing needs this output: `stockade lock add {args.bundle} --key {args.key}` signs the lock "
+        "entry itself (these are the fields it records; compare them to check a key or a bundle)",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
     return EXIT_OK

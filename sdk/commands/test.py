@@ -21,7 +21,7 @@ from typing import Any
 
 from host.runtime import ProgressEvent
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
-from sdk.commands._progress import author_progress, problems_listed
+from sdk.commands._progress import TEMPORARY_BUNDLE_NOTE, author_progress, problems_listed
 from sdk.harness import Harness
 from sdk.project import PROJECT_FILE
 
@@ -62,7 +62,10 @@ def check_project(project: Path) -> None:
         hint = "put pytest files in DIR/tests"
         raise CommandFailed("NO_TESTS", f"{project / 'tests'} does not exist", hint=hint)
     if importlib.util.find_spec("pytest") is None:
-        raise CommandFailed("PYTEST_MISSING", "pytest is not installed", hint="pip install pytest")
+        raise CommandFailed(
+            "PYTEST_MISSING", "pytest is not installed (stockade test runs the project's tests with it)",
+            hint="pip install 'stockade[build]' (the author extra brings pytest), or pip install pytest",
+        )
 
 
 def run_tests(project: Path, pytest_args: list[str]) -> int:
@@ -99,3 +102,4 @@ def _prepare(project: Path) -> None:
     note = "compiled" if compiled else "loaded from cache"
     elapsed = time.monotonic() - started
     console.print(f"built {cell(package.name)}-{cell(package.version)}; {note} in {elapsed:.1f} s")
+    console.print(TEMPORARY_BUNDLE_NOTE, highlight=False)

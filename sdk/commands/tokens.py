@@ -5,7 +5,7 @@ A token maps to one principal (project, subject) with an optional expiry. The fi
 each token: the token is printed once, by ``add``, and cannot be shown again.
 
   stockade tokens add --project p --subject alice --expires-in-days 30 --label laptop
-  stockade serve --transport http --tokens ~/.stockade/tokens.json
+  stockade serve --transport http        # reads <state-dir>/tokens.json (or --tokens-file FILE)
   # the client sends: Authorization: Bearer stk_…
 
 Exit codes: 0 ok, 1 refused, 2 usage error.
@@ -32,7 +32,8 @@ def _file(args: argparse.Namespace) -> TokenFile:
 def _common(parser: argparse.ArgumentParser) -> None:
     add_state_dir(parser)
     parser.add_argument(
-        "--file", type=Path, default=None, help="tokens file (default: <state-dir>/tokens.json)"
+        "--tokens-file", "--file", dest="file", type=Path, default=None, metavar="FILE",
+        help="tokens file (default: <state-dir>/tokens.json, which `stockade serve` reads)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
 

@@ -7,8 +7,9 @@ Everything is written under one workspace directory (a temporary one by default)
     <workspace>/trusted-keys.json           the demo signing key's public half
     <workspace>/state/                      host state: policy, secrets, master key, audit log
 
-Slow work is cached across runs in :func:`cache_root` (``$STOCKADE_CACHE``, else
-``$XDG_CACHE_HOME/stockade/demo``, else ``~/.cache/stockade/demo``): componentize builds
+Slow work is cached across runs in :func:`cache_root` (``demo/`` under the per-user cache
+root, :func:`sdk._cachedir.cache_root`: ``$STOCKADE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/stockade``, else ``~/.cache/stockade``): componentize builds
 in ``builds/`` (the build's own cache) and compiled wasmtime artifacts in ``artifacts/``
 with their HMAC key ``artifact.key``. The host's ``state/artifacts`` is a symbolic link to
 that directory and its key file a copy, so a second run deserializes instead of compiling;
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import secrets as _random
 import shutil
 from collections.abc import Callable, Iterable, Sequence
@@ -34,11 +34,11 @@ from host.files import create_exclusive
 from host.formats.manifest import PackageManifest
 from host.policy.engine import FilePolicyEngine
 from host.secrets import MasterKey, SecretsStore, generate_key_file
+from sdk._cachedir import cache_root as user_cache_root
 from sdk.build import BuildResult, build_project
 from sdk.bundle import generate_keypair, read_bundle, sign_package, write_keys_file
 
 __all__ = [
-    "CACHE_ENV",
     "DEMO_DIR",
     "REPO_ROOT",
     "Workspace",
@@ -47,19 +47,15 @@ __all__ = [
     "write_lock",
 ]
 
-CACHE_ENV: Final = "STOCKADE_CACHE"
 DEMO_DIR: Final = Path(__file__).resolve().parent
 REPO_ROOT: Final = DEMO_DIR.parents[1]
 _ARTIFACT_KEY_BYTES: Final = 32
 
 
 def cache_root() -> Path:
-    """The persistent demo cache: ``$STOCKADE_CACHE`` or ``<XDG cache>/stockade/demo``."""
-    chosen = os.environ.get(CACHE_ENV)
-    if chosen:
-        return Path(chosen).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stockade" / "demo"
+    """The persistent demo cache: ``demo/`` under the per-user cache root, which
+    ``$STOCKADE_CACHE_DIR`` moves with every other per-user cache."""
+    return user_cache_root() / "demo"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from sdk import cli
 from sdk.build import BUILD_ERROR_CODES, BuildError
 from sdk.commands._common import EXIT_INTERNAL, EXIT_USAGE
 from sdk.scaffold import SCAFFOLD_ERROR_CODES, ScaffoldError
-from tests.support.cli import json_out, run_cli
+from tests.support.cli import cli_env, json_out, run_cli
 
 
 def _args(func: object, *, as_json: bool) -> argparse.Namespace:
@@ -107,3 +109,14 @@ def test_bad_secret_name_in_rm_is_an_explicit_usage_error(tmp_path: Path) -> Non
     assert proc.returncode == EXIT_USAGE, proc.stderr
     error = json_out(proc)["error"]
     assert error["code"] == "USAGE" and "secret name 'Bad-Name' must match" in error["message"]
+
+
+def test_output_piped_into_head_exits_quietly_on_epipe(tmp_path: Path) -> None:
+    # `stockade log show | head` answered "IO_ERROR: Broken pipe … check the path and its permissions".
+    log = tmp_path / "audit.log"
+    log.write_text("".join(f'{{"kind": "call.outcome", "ok": true, "time": {n}}}\n' for n in range(20000)))
+    script = f"{sys.executable} -m sdk.cli log show {log} | head -1; echo \"status ${{PIPESTATUS[0]}}\" >&2"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert len(proc.stdout.splitlines()) == 1
+    assert proc.stderr.strip() == "status 141"  # 128 + SIGPIPE, as a shell reports it; nothing else said

@@ -76,6 +76,16 @@ def test_sign_prints_a_signature_the_trusted_keys_verify(tmp_path: Path) -> None
     )
 
 
+def test_sign_says_lock_add_signs_the_entry_itself(tmp_path: Path) -> None:
+    # It printed a signature nothing consumes, and said nothing about it.
+    _keygen(tmp_path)
+    bundle = _bundle(tmp_path)
+    proc = run_cli("sign", str(bundle), "--key", "key.pem", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "signature" in proc.stdout
+    assert f"stockade lock add {bundle} --key key.pem` signs the lock entry itself" in proc.stderr
+
+
 def test_sign_with_a_file_that_is_not_a_key_refused(tmp_path: Path) -> None:
     (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n")
     (tmp_path / "key.pem").chmod(0o600)

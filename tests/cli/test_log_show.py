@@ -123,5 +123,29 @@ def test_log_show_hides_the_logs_own_checkpoints_unless_all(tmp_path: Path) -> N
 
 
 
+def test_log_show_folds_one_generations_repeated_acceptance(tmp_path: Path) -> None:
+    # Every CLI invocation opens a host, and each recorded lock.accepted: the log doubled.
+    ws = echo_workspace(tmp_path)
+    _calls(ws)  # three invocations, one generation
+    records = [json.loads(line) for line in (ws.state / "audit.log").read_text().splitlines()]
+    assert [r["kind"] for r in records].count("lock.accepted") == 3  # all kept in the log itself
+    shown = ws.run("log", "show", "--state-dir", str(ws.state)).stdout.splitlines()
+    accepted = [line for line in shown if "lock.accepted" in line]
+    assert len(accepted) == 1 and "generation 1 (recorded 3 times" in accepted[0]
+    as_json = ws.run("log", "show", "--state-dir", str(ws.state), "--json").stdout.splitlines()
+    assert sum('"lock.accepted"' in line for line in as_json) == 3  # programs see every record
+
+
+def test_log_show_names_the_tools_of_an_mcp_drift_record(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    with AuditLog(log) as audit:
+        audit.append("mcp.drift", {"source": "files", "drift": [
+            {"source": "files", "tool": "read_file", "change": "changed", "fields": ["description"]},
+            {"source": "files", "tool": "delete_all", "change": "added", "fields": []},
+        ]})  # fmt: skip
+    shown = run_cli("log", "show", str(log), cwd=tmp_path).stdout
+    assert "files: read_file (changed), delete_all (added)" in shown
+
+
 def test_log_commands_name_the_audit_key_file_as_the_host_does() -> None:
     assert SHOWN_KEY_FILE == PUBLIC_KEY_FILE and _CHECKPOINT == CHECKPOINT_KIND

@@ -10,6 +10,7 @@ builds over the workers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -17,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import AUTHOR_CACHE_ENV, cli_env
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from tests.support.cli import AUTHOR_CACHE_ENV, REPO, cli_env
 from tests.support.cli import author_cli as stockade
 
 
@@ -77,6 +83,15 @@ def test_test_exit_status_is_1_when_a_test_fails_or_none_ran(tmp_path: Path) -> 
     none_ran = stockade("test", str(project), "--", "-q", "-k", "no_such_test", cwd=tmp_path)
     assert none_ran.returncode == 1  # pytest's 5 (no tests ran) is a failure too
     assert "deselected" in none_ran.stdout
+
+
+@pytest.mark.parametrize("lang", ["python", "javascript"])
+def test_new_project_readme_fences_pair_up(tmp_path: Path, lang: str) -> None:
+    # The scaffold's README closed its command block with a doubled fence.
+    assert stockade("new", "fences", "--lang", lang, cwd=tmp_path).returncode == 0
+    lines = (tmp_path / "fences" / "README.md").read_text().splitlines()
+    fences = [n for n, line in enumerate(lines) if line.startswith("```")]
+    assert len(fences) % 2 == 0 and all(b - a > 1 for a, b in itertools.pairwise(fences))
 
 
 def test_new_refuses_a_non_empty_directory(tmp_path: Path) -> None:
@@ -180,3 +195,17 @@ def test_new_refuses_an_unknown_template(tmp_path: Path) -> None:
     proc = stockade("new", "tools", "--template", "crud", cwd=tmp_path)
     assert proc.returncode == 2 and "invalid choice: 'crud'" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_test_without_pytest_names_the_build_extra(tmp_path: Path) -> None:
+    # `pip install -e '.[build]'` then `stockade test` failed PYTEST_MISSING: the author
+    # extra now brings pytest, and the refusal names that extra.
+    (tmp_path / "stockade.toml").write_text("")
+    (tmp_path / "tests").mkdir()
+    hide = "import sys; sys.modules['pytest'] = None; from sdk.cli import main; sys.exit(main(['test', '.']))"
+    proc = subprocess.run([sys.executable, "-c", hide], cwd=tmp_path, env=cli_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "PYTEST_MISSING" in proc.stderr
+    assert "pip install 'stockade[build]'" in proc.stderr
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(req.startswith("pytest") for req in pyproject["project"]["optional-dependencies"]["build"])

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from host.formats.hostfile import render_host_file
 from host.policy.engine import FilePolicyEngine, Verdict
 from host.types import Principal
+from tests.support.cli import echo_workspace
 
 
 def stockade(*args: str) -> subprocess.CompletedProcess[str]:
@@ -47,3 +49,16 @@ def test_grant_of_unknown_role_refused(tmp_path: Path) -> None:
     result = stockade("policy", "grant", "p", "alice", "nosuchrole", "--state-dir", str(tmp_path))
     assert result.returncode == 1
     assert "POLICY" in result.stderr
+
+
+def test_explain_under_a_host_file_without_a_managed_dir_says_none(tmp_path: Path) -> None:
+    # A host config file without admin_policy_dir printed "2 managed cap: allow  (None)".
+    ws = echo_workspace(tmp_path)
+    (ws.root / "stockade.host.toml").write_text(
+        render_host_file(state_dir="state", lock="stockade.lock", trusted_keys=None, require_signatures=False)
+    )
+    proc = ws.run("policy", "explain", "p", "alice", "echo.say@1.0.0")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 managed cap: allow  (none)" in proc.stdout and "None" not in proc.stdout
+    shown = ws.run("policy", "explain", "p", "alice", "echo.say@1.0.0", "--json")
+    assert json.loads(shown.stdout)["managed_cap"]["dir"] is None

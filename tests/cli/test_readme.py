@@ -117,12 +117,17 @@ def test_quickstarts_run_as_written_in_order(tmp_path: Path) -> None:
     assert lock["generation"] == 1 and lock["packages"][0]["signature"]
 
     ran = _run_lines(host, project)  # on the signed lock the author quickstart made
+    [printed] = [p for line, p in zip(host, ran, strict=True) if "--print-client-config" in line]
+    entry = json.loads(printed.stdout)["mcpServers"]["stockade"]  # absolute: a desktop app starts it anywhere
+    assert Path(entry["command"]).is_absolute() and str(project / "stockade.host.toml") in entry["args"]
     assert json.loads(ran[-2].stdout) == {"greeting": "Hello, Ada!"}
     assert "p/alice  hello.greet@0.1.0  read  ok" in ran[-1].stdout
     app = subprocess.run([sys.executable, "-c", python_block("host-app-quickstart")], cwd=project, env=_env(),
                          capture_output=True, text=True, timeout=600, check=False)
     assert app.returncode == 0, app.stderr
     assert app.stdout.strip() == "True {'greeting': 'Hello, Ada!'}"
+    # It loads what the CLI compiled into the per-user cache; a state-dir cache means it compiled again.
+    assert not (project / ".stockade" / "artifacts").exists() and not (project / ".stockade" / "artifact.key").exists()
 
     _git(project, "init", "-q", "-b", "main")
     _git(project, "add", "-A")

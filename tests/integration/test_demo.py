@@ -21,14 +21,14 @@ import pytest
 from sdk.demo import DEMO_TOKEN
 from tests.support.cli import REPO, cli_env
 
-CACHE = REPO / ".stockade-cache" / "demo"
+CACHE_ROOT = REPO / ".stockade-cache" / "stockade"  # the demo caches under CACHE_ROOT/demo
 
 
 def run_demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sdk.cli", "demo", "--ci", *args],
         cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-        env=cli_env(STOCKADE_CACHE=str(CACHE)), check=False,
+        env=cli_env(STOCKADE_CACHE_DIR=str(CACHE_ROOT)), check=False,
     )
 
 

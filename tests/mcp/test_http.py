@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -61,6 +62,13 @@ _LOWER_NOFILE = (
 )
 
 
+def _empty_tokens_file(path: Path) -> None:
+    """A tokens file with no token, as `stockade tokens revoke` leaves it."""
+    if not path.exists():
+        tokens = TokenFile(path)
+        tokens.revoke(tokens.add(project="p", subject="nobody", ttl_s=60)[1].id)
+
+
 @contextlib.contextmanager
 def http_server(
     world: World, *extra: str, tokens: TokenFile | None = None, nofile: int | None = None
@@ -69,6 +77,8 @@ def http_server(
 
     ``nofile`` lowers the server's ``RLIMIT_NOFILE`` (soft and hard) before it starts.
     """
+    if "--tokens" in extra:  # serve refuses a missing tokens file: start with one holding none
+        _empty_tokens_file(Path(extra[extra.index("--tokens") + 1]))
     launcher: list[str] = [sys.executable]
     if nofile is not None:  # lower the limit in the child, then exec the server (no preexec_fn)
         launcher += ["-c", _LOWER_NOFILE.format(nofile=int(nofile))]

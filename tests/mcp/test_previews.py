@@ -17,7 +17,7 @@ from mcp import types
 from host.approvals import ApprovalQueue
 from host.mcp.server import META_KEY
 from tests.mcp.conftest import World
-from tests.support.cli import run_cli
+from tests.support.cli import cli_env, run_cli
 
 RLO = "\u202e"
 HOSTILE = f"pay {RLO}txt.exe\u2066 \x1b[2J" + "x" * 60  # under the schema's 100 characters
@@ -65,6 +65,24 @@ def test_queued_preview_is_escaped_and_show_prints_the_whole_input(world: World)
     listed = run_cli("approvals", "list", "--state-dir", str(world.state), cwd=world.root)
     assert RLO not in listed.stdout
     app.close()
+
+
+def test_list_shows_the_whole_digest_at_80_columns(world: World) -> None:
+    # The table cut the digest at 80 columns: nothing left to copy into `approvals approve`.
+    app = world.app()
+
+    async def body() -> str:
+        async with mcp.Client(app.server, mode="legacy") as client:
+            result = await client.call_tool("echo.write", {"message": "queued"})
+        assert result.meta is not None
+        return str(result.meta[META_KEY]["action_digest"])
+
+    digest = anyio.run(body)
+    app.close()
+    listed = run_cli("approvals", "list", "--state-dir", str(world.state), cwd=world.root,
+                     env=cli_env(COLUMNS="80"))
+    assert listed.returncode == 0, listed.stderr
+    assert f"stockade approvals approve {digest}" in listed.stdout.splitlines()[-1]
 
 
 def test_show_of_an_unknown_digest_refused(world: World) -> None:

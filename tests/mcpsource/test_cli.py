@@ -6,6 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+from sdk.commands.lockmcp import _print_drift
 from tests.mcpsource.conftest import TOKEN, declaration
 from tests.support.cli import cli_env, run_cli
 from tests.support.secrets import write_key_file
@@ -88,3 +91,15 @@ def test_add_mcp_reaches_an_http_source_only_through_the_egress_rules(tmp_path: 
     refused = run_cli("lock", "add-mcp", str(decl), "--state-dir", str(state), cwd=tmp_path, env=cli_env())
     assert refused.returncode == 1 and "error: EGRESS_DENIED" in refused.stderr
     assert TOKEN not in refused.stderr + proc.stderr
+
+
+def test_dry_run_drift_shows_json_values_not_python_reprs(capsys: pytest.CaptureFixture[str]) -> None:
+    # `add-mcp --dry-run` printed `None` and `False` for a field a server dropped or turned off.
+    rows = [{"tool": "echo", "change": "changed", "fields": ["annotations", "title"],
+             "pinned": {"annotations": {"readOnlyHint": False}, "title": None},
+             "live": {"annotations": None, "title": "Echo"}}]
+    _print_drift("files", rows)
+    out = capsys.readouterr().out
+    assert '- pinned annotations: {"readOnlyHint": false}' in out and "+ live   annotations: null" in out
+    assert "- pinned title: null" in out and "+ live   title: Echo" in out
+    assert "None" not in out and "False" not in out

@@ -44,6 +44,12 @@ def test_migrate_call_export_and_verify_through_the_cli(pg_cluster: Cluster, tmp
     assert [r["reason"] for r in records if r["kind"] == "audit.checkpoint"] == ["close", "close"]
     in_place = cli("log", "verify", "--chain", "project:p", "--strict")
     assert "chain intact" in in_place and "2 checkpoints verified" in in_place
+    # Without --chain every chain is verified and reported (it refused: "name one with --chain").
+    every = cli("log", "verify")
+    assert "audit chains in" in every and "chain 'project:p'" in every and "chain 'host'" in every
+    assert every.count("ok: ") == int(every.split(" audit chains", 1)[0]) >= 2
+    report = json.loads(cli("log", "verify", "--json"))
+    assert report["ok"] is True and {"project:p", "host"} <= {c["file"].split("'")[1] for c in report["chains"]}
     assert all(pg_cluster.password not in text for text in outputs)
     assert any("********" in text for text in outputs)
 
@@ -58,6 +64,8 @@ def test_serve_keeps_its_state_in_the_configured_postgres_store(pg_cluster: Clus
     env = cli_env(STOCKADE_STORE=dsn, STOCKADE_HOME=str(home))
     repo = make_repo(tmp_path / "repo")
     assert run_cli("store", "migrate", cwd=tmp_path, env=env).returncode == 0
+    home.mkdir(mode=0o700)
+    (home / "policy.json").write_bytes(repo.policy.read_bytes())  # serve refuses to list no tools
     served = run_cli("serve", "--lock", str(repo.gen1), "--project", "p", "--subject", "alice",
                      cwd=tmp_path, env=env, stdin="", timeout=300)  # stdin at EOF: the server stops
     assert served.returncode == 0, served.stderr

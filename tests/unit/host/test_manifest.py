@@ -250,6 +250,26 @@ def test_wildcard_credential_host_admitted_by_same_wildcard_allow() -> None:
     assert parsed.http.credentials[0].hosts == ("*.tracker.example", "api.tracker.example")
 
 
+def test_credential_host_on_another_port_names_the_default_and_the_spelling_that_matches() -> None:
+    # `hosts = ["127.0.0.1"]` beside an http allow entry on port 18080 said only "not admitted".
+    manifest = make_manifest()
+    manifest["http"]["allow"][0].update(scheme="http", host="127.0.0.1", port=18080)
+    manifest["http"]["credentials"][0]["hosts"] = ["127.0.0.1"]
+    [problem] = refuse(manifest_bytes(manifest))
+    assert problem["loc"] == "http.credentials.0.hosts.0"
+    assert "read as https://127.0.0.1: a credential host without a scheme or port is https on 443" in problem["msg"]
+    assert "write 'http://127.0.0.1:18080'" in problem["msg"]
+    manifest["http"]["credentials"][0]["hosts"] = ["http://127.0.0.1:18080"]
+    assert PackageManifest.from_json(manifest_bytes(manifest)).http.credentials[0].hosts == ("http://127.0.0.1:18080",)
+
+
+def test_credential_host_outside_every_allow_entry_gets_no_spelling() -> None:
+    manifest = make_manifest()
+    manifest["http"]["credentials"][0]["hosts"] = ["https://evil.example"]
+    [problem] = refuse(manifest_bytes(manifest))
+    assert problem["msg"].endswith("(read as https://evil.example)")
+
+
 def test_wildcard_allow_does_not_admit_credential_for_its_apex() -> None:
     manifest = make_manifest()
     manifest["http"]["allow"][0]["host"] = "*.tracker.example"

@@ -113,6 +113,21 @@ def test_missing_required_secret_refused_before_the_guest_starts(echo_bundle: Pa
     assert outcome.result.error is not None and outcome.result.error.code == "CREDENTIAL_UNAVAILABLE"
 
 
+def test_missing_required_secret_hint_is_the_dev_option_that_works(echo_bundle: Path, tmp_path: Path) -> None:
+    # The host's hint (`stockade secrets set … --subject dev-…`) names a random principal whose
+    # state is thrown away; the hint must be the option that makes this same run work.
+    code, _, err = _dev_cli("echo.echo", "--input", '{"message": "hi"}', "--bundle", str(echo_bundle), cwd=tmp_path)
+    assert code == 1 and "CREDENTIAL_UNAVAILABLE" in err
+    assert "secrets set" not in err and "dev-" not in err
+    hint = "stockade dev echo.echo --secret bearer_token=env:BEARER_TOKEN"
+    assert hint in err
+    again = _dev_cli(
+        "echo.echo", "--input", '{"message": "hi"}', "--bundle", str(echo_bundle), "--secret",
+        "bearer_token=env:BEARER_TOKEN", cwd=tmp_path, BEARER_TOKEN=TOKEN,
+    )  # fmt: skip
+    assert again[0] == 0, again[2]
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -120,12 +135,15 @@ def test_missing_required_secret_refused_before_the_guest_starts(echo_bundle: Pa
         ("token", "NAME=@FILE or NAME=env:VAR"),
         ("token=env:STOCKADE_TEST_UNSET", "is not set"),
         ("token=@/nonexistent/file", "cannot read"),
+        ("token=env:SHORT", "at least 8 characters"),
+        ("Token=env:LONG", "must match"),
     ],
-    ids=["literal", "no-value", "unset-env", "missing-file"],
+    ids=["literal", "no-value", "unset-env", "missing-file", "too-short", "bad-name"],
 )
 def test_secret_on_the_command_line_refused(spec: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        read_secret(spec, environ={})
+    with pytest.raises(ValueError, match=message) as refused:
+        read_secret(spec, environ={"SHORT": "abc", "LONG": "long-enough-value"})
+    assert "abc" not in str(refused.value) and "long-enough" not in str(refused.value)
 
 
 def test_secret_from_file_and_env(tmp_path: Path) -> None:
@@ -140,8 +158,8 @@ def test_allow_entry_forms() -> None:
     assert (entry["scheme"], entry["host"], entry["port"], entry["path_prefix"]) == ("http", "api.example", 8080, "/v2")
 
 
-def _dev_cli(*args: str, cwd: Path) -> tuple[int, str, str]:
-    env = cli_env(XDG_CACHE_HOME=str(REPO_ROOT / ".stockade-cache"), DEV_TOKEN=TOKEN)
+def _dev_cli(*args: str, cwd: Path, **extra: str) -> tuple[int, str, str]:
+    env = cli_env(XDG_CACHE_HOME=str(REPO_ROOT / ".stockade-cache"), DEV_TOKEN=TOKEN, **extra)
     proc = run_cli("dev", *args, cwd=cwd, env=env, timeout=600)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -176,6 +194,13 @@ def test_cli_dev_allow_host_is_printed_loudly(echo_bundle: Path, tmp_path: Path)
     assert code == 0, err
     assert "WARNING: --allow-host extra.example widens the egress allowlist for this dev run only" in err
     assert "[http] allow in stockade.toml" in err
+
+
+def test_cli_dev_short_secret_is_a_usage_error_naming_the_rule(echo_bundle: Path, tmp_path: Path) -> None:
+    # Was exit 70 INTERNAL_ERROR ("this is a bug") from the store, after the build.
+    code, _, err = _dev_cli("echo.echo", "--bundle", str(echo_bundle), "--secret", "bearer_token=env:SHORT",
+                            cwd=tmp_path, SHORT="abc")
+    assert code == 2 and "at least 8 characters" in err and "INTERNAL_ERROR" not in err, err
 
 
 def test_cli_dev_refuses_a_literal_secret(echo_bundle: Path, tmp_path: Path) -> None:
