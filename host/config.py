@@ -310,6 +310,14 @@ class HostConfig:
         names = [c.name for c in self.commands]
         if len(set(names)) != len(names):
             raise ValueError(f"HostConfig.commands: two entries share a name ({', '.join(sorted(names))})")
+        if self.commands and not self.workspaces:
+            raise ValueError("HostConfig.commands: exec.run runs in a workspace; grant one ([[workspace]])")
+        widest = max((c.max_output_bytes for c in self.commands), default=0)
+        if 2 * widest + 4096 > self.ceilings.max_output_bytes:
+            raise ValueError(
+                f"HostConfig.commands: max_output_bytes {widest} for stdout and stderr does not fit "
+                f"the output ceiling of {self.ceilings.max_output_bytes} bytes"
+            )
         if self.unsafe_exec_without_sandbox:
             _log.warning(
                 "unsafe_exec_without_sandbox is on: exec.run commands run without bubblewrap, with "
