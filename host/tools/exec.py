@@ -269,7 +269,7 @@ def _preview(plan: _Plan, sandbox: str) -> str:
     where = WORKSPACE if plan.cwd == "." else f"{WORKSPACE}/{plan.cwd}"
     lines = [
         f"Run {entry.name} ({plan.command.binary}; effect {entry.effect}, risk {entry.risk})",
-        f"argv: {shlex.join(plan.argv)}",
+        f"argv: {shlex.join(_one_line(a) for a in plan.argv)}",
         f"cwd: {where} (workspace {entry.workspace}, {plan.profile.workspace})",
         f"network: {entry.network}",
         f"timeout: {plan.deadline_ms} ms",
@@ -279,6 +279,11 @@ def _preview(plan: _Plan, sandbox: str) -> str:
     if entry.env:
         lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in entry.env.items()))
     return escape_preview("\n".join(lines))
+
+
+def _one_line(arg: str) -> str:
+    """An argument on one preview line: a newline in argv must not forge a preview line."""
+    return arg.replace("\n", "\\n").replace("\t", "\\t")
 
 
 def _run(commands: Commands, call: HostCall, prepared: Prepared) -> Ran:
@@ -335,7 +340,7 @@ def render_stream(captured: Captured, budget: int) -> tuple[str, bool]:
         tail = captured.tail.decode("utf-8", "replace")
     dropped = captured.total - len(captured.head) - len(captured.tail)
     marker = f"\n[... {dropped} bytes omitted ...]\n" if dropped else "\n[... omitted ...]\n"
-    half = max((budget - len(marker)) // 2, 0)
+    half = max((budget - _json_len(marker)) // 2, 0)
     return _take(head, half, from_end=False) + marker + _take(tail, half, from_end=True), True
 
 

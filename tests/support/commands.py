@@ -16,6 +16,7 @@ from typing import Any
 
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.config import CommandEntry, WorkspaceGrant
+from host.policy.engine import FilePolicyEngine
 from host.types import InvocationPlan
 from tests.support.bundles import write_lock
 from tests.support.hosts import write_policy
@@ -47,8 +48,12 @@ def make_exec_host(
 ) -> ExecHost:
     ws = tmp / "ws"
     ws.mkdir(exist_ok=True)
-    lock = write_lock(tmp / "stockade.lock", [])
-    policy = write_policy(tmp / "policy.json", allow=EXEC_PERMISSIONS)
+    lock, policy_file = tmp / "stockade.lock", tmp / "policy.json"
+    if lock.exists():  # a second Host over the same directory (a changed configuration)
+        policy = FilePolicyEngine(policy_file)
+    else:
+        write_lock(lock, [])
+        policy = write_policy(policy_file, allow=EXEC_PERMISSIONS)
     host_config = HostConfig(
         state_dir=tmp / "state", workspaces=(WorkspaceGrant(root=ws, project="p", **(grant or {})),),
         commands=tuple(commands), **config,
