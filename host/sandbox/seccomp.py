@@ -6,7 +6,8 @@ architecture and emits the architecture check, so no hand-written BPF is reviewe
 The default action is allow; the listed calls fail with ``EPERM`` (a denial list in the
 spirit of Docker's profile, aimed at what would widen the sandbox: new namespaces,
 mounts, tracing other processes, kernel keyrings, BPF, io_uring, module loading).
-``clone3`` fails with ``ENOSYS`` so that libc falls back to ``clone``, whose namespace
+``ioctl`` ``TIOCSTI``/``TIOCLINUX`` fail too (no typing into a terminal). ``clone3`` fails
+with ``ENOSYS`` so that libc falls back to ``clone``, whose namespace
 flags the filter can inspect (``clone3`` passes them in memory). With network ``none``,
 ``socket`` with a family other than ``AF_UNIX`` fails with ``EPERM`` as well (the network
 namespace is empty already; this is the second layer). A syscall from another
@@ -35,6 +36,10 @@ DENIED_SYSCALLS: Final = (
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
     "swapon", "swapoff", "acct", "quotactl", "lookup_dcookie",
 )  # fmt: skip
+TTY_IOCTLS: Final = (
+    0x5412,  # TIOCSTI: push a byte into a terminal's input queue
+    0x541C,  # TIOCLINUX: the console's selection paste
+)
 NAMESPACE_FLAGS: Final = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -79,6 +84,8 @@ def build_filter(network: str) -> tuple[bytes, str]:
         for name in DENIED_SYSCALLS:
             flt.add_rule(deny, name)
         flt.add_rule(lib.ERRNO(errno.ENOSYS), "clone3")
+        for request in TTY_IOCTLS:
+            flt.add_rule(deny, "ioctl", lib.Arg(1, lib.MASKED_EQ, 0xFFFFFFFF, request))
         for flag in NAMESPACE_FLAGS:
             flt.add_rule(deny, "clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
         if network == "none":

@@ -316,8 +316,9 @@ def test_glob_deny_list_refused_as_unenforceable(tmp_path: Path) -> None:
         ("libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)", "EPERM"),
         ("libc.syscall(321, 0, 0, 0)", "EPERM"),  # bpf
         ("libc.syscall(425, 8, 0)", "EPERM"),  # io_uring_setup
+        ("libc.ioctl(1, 0x5412, ctypes.c_char_p(b'x'))", "EPERM"),  # TIOCSTI (else ENOTTY on a pipe)
     ],
-    ids=["unshare", "ptrace", "mount", "bpf", "io_uring"],
+    ids=["unshare", "ptrace", "mount", "bpf", "io_uring", "tiocsti"],
 )
 def test_seccomp_denies_sandbox_widening_syscalls(ex: ExecHost, call: str, expect: str) -> None:
     out = _py(ex, f"""
