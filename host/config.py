@@ -274,10 +274,11 @@ class HostConfig:
             gets the first grant that matches it.
         commands: the commands ``exec.run`` may start (:class:`CommandEntry`, distinct
             names); with at least one (and a workspace), ``exec.run`` is in the registry.
-        unsafe_exec_without_sandbox: run ``exec.run`` commands without bubblewrap when the
-            sandbox cannot be set up, instead of refusing with SANDBOX_UNAVAILABLE. The
-            command then runs with the rights of the host's user: logs a warning and is
-            recorded in the ``lock.accepted`` audit record and in each call's outcome.
+        unsafe_exec_without_sandbox: run ``exec.run`` commands without bubblewrap when
+            ``bwrap`` is not on the host's ``PATH``, instead of refusing with
+            SANDBOX_UNAVAILABLE (a bwrap that fails to set a sandbox up still refuses).
+            The command then runs with the rights of the host's user: logs a warning and
+            is recorded in the ``lock.accepted`` audit record and in each call's outcome.
     """
 
     state_dir: Path
@@ -321,7 +322,7 @@ class HostConfig:
         if self.unsafe_exec_without_sandbox:
             _log.warning(
                 "unsafe_exec_without_sandbox is on: exec.run commands run without bubblewrap, with "
-                "the rights of this user, when the sandbox cannot be set up."
+                "the rights of this user, when bwrap is not on PATH."
             )
         if self.audit_durability not in ("full", "flush"):
             raise ValueError(f"audit_durability must be 'full' or 'flush', got {self.audit_durability!r}")

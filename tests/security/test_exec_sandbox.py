@@ -27,6 +27,7 @@ import pytest
 
 from host.config import CommandEntry
 from host.errors import PolicyDenied, SandboxUnavailable
+from host.sandbox import Limits, SandboxProfile, run_sandboxed
 from tests.support.commands import ExecHost, make_exec_host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -339,6 +340,18 @@ def test_cancel_kills_process_tree(ex: ExecHost) -> None:
     assert result.error is not None and result.error.code == "CANCELLED"
     assert time.monotonic() - started < 3
     assert _sleepers(f"sleep\x00{marker}") == []
+
+
+def test_bwrap_setup_failure_refused_sandbox_unavailable(tmp_path: Path) -> None:
+    # A bind whose source is missing makes bwrap fail after it started: nothing ran, and
+    # the refusal is not mistaken for the command's own exit status 1.
+    limits = Limits(cpu_s=5, memory_bytes=1 << 30, max_processes=16, max_file_bytes=1 << 20, max_open_files=64)
+    profile = SandboxProfile(workspace=tmp_path / "gone", mode="ro", read_only=(), binary=Path("/bin/true"),
+                             network="none", limits=limits)  # fmt: skip
+    with pytest.raises(SandboxUnavailable) as caught:
+        run_sandboxed(profile, str(BWRAP), ["/bin/true"], cwd=".", stdin=b"", deadline_s=5, cancel=None,
+                      max_output_bytes=1024)  # fmt: skip
+    assert caught.value.details["reason"] == "setup_failed" and "bwrap:" in caught.value.message
 
 
 def test_undeclared_command_refused_command_not_allowed(ex: ExecHost) -> None:

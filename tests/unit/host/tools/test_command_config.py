@@ -72,4 +72,4 @@ def test_host_config_refuses_duplicate_command_names(tmp_path: Path) -> None:
 def test_unsafe_exec_without_sandbox_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="stockade.config"):
         HostConfig(state_dir=tmp_path, unsafe_exec_without_sandbox=True)
-    assert "unsafe_exec_without_sandbox is on" in caplog.text
+    assert "unsafe_exec_without_sandbox is on" in caplog.text and "bwrap is not on PATH" in caplog.text
