@@ -197,8 +197,7 @@ class PidsCgroup:
             parent = root / "stockade-exec"
             try:
                 parent.mkdir(exist_ok=True)
-                if root == Path("/sys/fs/cgroup"):
-                    (root / "cgroup.subtree_control").write_text("+pids")
+                if root == Path("/sys/fs/cgroup"):  # v2: only our own cgroup's controllers change
                     (parent / "cgroup.subtree_control").write_text("+pids")
                 path = parent / uuid.uuid4().hex
                 path.mkdir()

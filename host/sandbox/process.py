@@ -16,6 +16,7 @@ that left the group survives; that is part of what "unsafe" means.
 from __future__ import annotations
 
 import json
+import math
 import os
 import selectors
 import signal
@@ -25,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from host.errors import SandboxUnavailable
 from host.sandbox.bwrap import FIXED_ENV, PidsCgroup, SandboxProfile
@@ -174,7 +175,7 @@ def _supervise(
     """Read both streams until they close, stopping the process on deadline or cancel."""
     started = time.monotonic()
     deadline = started + deadline_s
-    captures = {proc.stdout: _Capture(cap), proc.stderr: _Capture(cap)}
+    captures: dict[Any, _Capture] = {proc.stdout: _Capture(cap), proc.stderr: _Capture(cap)}
     pending = memoryview(stdin)
     selector = selectors.DefaultSelector()
     for stream in captures:
@@ -186,8 +187,9 @@ def _supervise(
         selector.register(proc.stdin, selectors.EVENT_WRITE)
     stopped: str | None = None
     killed_at: float | None = None
+    abandon_at = math.inf
     try:
-        while selector.get_map():
+        while selector.get_map() and time.monotonic() < abandon_at:
             now = time.monotonic()
             if stopped is None and (now >= deadline or (cancel is not None and cancel.is_set())):
                 stopped = "deadline" if now >= deadline else "cancel"
@@ -196,16 +198,11 @@ def _supervise(
             elif killed_at is not None and now >= killed_at:
                 _signal(proc, signal.SIGKILL, group=group)
                 killed_at = None
+                # Bare mode: a descendant outside the group may hold the pipes open for
+                # ever; stop reading a grace period after the kill (the sandbox never needs it).
+                abandon_at = now + GRACE_S
             wait = min(_POLL_S, max(deadline - now, 0.001)) if stopped is None else _POLL_S
-            for key, _ in selector.select(wait):
-                if key.fileobj is proc.stdin:
-                    pending = _feed_stdin(proc, selector, pending)
-                    continue
-                data = _read(key.fd)
-                if data:
-                    captures[key.fileobj].feed(data)  # type: ignore[index]  # the registered streams
-                elif data is not None:
-                    selector.unregister(key.fileobj)
+            pending = _pump(proc, selector, captures, pending, wait)
         if stopped is not None and killed_at is not None:
             remaining = max(killed_at - time.monotonic(), 0)
             try:
@@ -231,6 +228,26 @@ def _supervise(
         stderr=err,
         duration_ms=round((time.monotonic() - started) * 1000, 3),
     )
+
+
+def _pump(
+    proc: subprocess.Popen[bytes],
+    selector: selectors.BaseSelector,
+    captures: dict[Any, _Capture],
+    pending: memoryview,
+    wait: float,
+) -> memoryview:
+    """One round: feed stdin, read what is ready, unregister streams at end of file."""
+    for key, _ in selector.select(wait):
+        if key.fileobj is proc.stdin:
+            pending = _feed_stdin(proc, selector, pending)
+            continue
+        data = _read(key.fd)
+        if data:
+            captures[key.fileobj].feed(data)
+        elif data is not None:
+            selector.unregister(key.fileobj)
+    return pending
 
 
 def _feed_stdin(

@@ -360,3 +360,22 @@ def test_undeclared_command_refused_command_not_allowed(ex: ExecHost) -> None:
     assert caught.value.details["reason"] == "command_not_allowed"
     with pytest.raises(PolicyDenied):
         ex.prepare(argv=["bash", "-c", "id"])  # not declared, though it is on PATH
+
+
+def test_unsafe_bare_mode_returns_although_setsid_grandchild_holds_pipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the sandbox nothing kills a descendant that left the process group (that is
+    # what "unsafe" means), but the call must still end: reading stops after the kill.
+    marker = "97.33"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    ex = make_exec_host(tmp_path, [SH], unsafe_exec_without_sandbox=True)
+    try:
+        started = time.monotonic()
+        out = _out(ex, "sh", "-c", f"(setsid sleep {marker} &); sleep {marker}", timeout_ms=500)
+        elapsed = time.monotonic() - started
+    finally:
+        ex.host.close()
+        for pid in _sleepers(f"sleep\x00{marker}"):  # the survivor this test knowingly made
+            os.kill(pid, 9)
+    assert out["timed_out"] is True and elapsed < 3
