@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-__all__ = ["DEFAULT_CEILINGS", "Ceilings", "HostConfig", "WorkspaceGrant"]
+__all__ = ["DEFAULT_CEILINGS", "Ceilings", "CommandEntry", "HostConfig", "WorkspaceGrant"]
 
 _log = logging.getLogger("stockade.config")
 
@@ -105,6 +107,114 @@ class WorkspaceGrant:
 
 
 MAX_READY_INSTANCES: Final = 16  # ready instances per (component, limits)
+_COMMAND_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# The sandbox sets these itself (a fixed PATH, HOME in the private /tmp, LANG, TZ); the
+# loader variables would let an entry's environment change what the binary links against.
+_ENV_RESERVED: Final = frozenset({"PATH", "HOME", "LANG", "TZ", "TMPDIR", "PWD"})
+COMMAND_OUTPUT_CEILING: Final = 512 * 1024  # bytes kept of one stream (stdout or stderr)
+COMMAND_TIMEOUT_CEILING_MS: Final = 3_600_000  # ms, the longest max_timeout_ms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandEntry:
+    """A command the operator lets ``exec.run`` start (``[[command]]`` in the host file).
+
+    The model names an entry by ``name`` as ``argv[0]``; the binary is ``path``, an
+    absolute path resolved once when the Host opens (never looked up in ``PATH`` per
+    call). It runs in the bubblewrap sandbox (:mod:`host.sandbox`) with the principal's
+    workspace bound at ``/workspace``.
+
+    Args:
+        name: what ``argv[0]`` must be (letters, digits, ``._+-``; at most 64).
+        path: the absolute path of the executable.
+        max_timeout_ms: ms, the longest deadline a call may ask for (default 30 s).
+        network: ``"none"`` (a fresh network namespace, non-``AF_UNIX`` sockets refused by
+            seccomp). ``"egress"`` (a host-run proxy) is not implemented: refused.
+        workspace: ``"ro"`` or ``"rw"``: how the workspace root is bound (``.git`` and
+            Stockade's files inside it are always re-bound read-only).
+        env: variables set in the cleared environment, literal values (visible to the
+            process and everything it runs). ``PATH``, ``HOME``, ``LANG``, ``TZ``,
+            ``TMPDIR``, ``PWD`` and ``LD_*`` are refused.
+        effect: what the command does, shown in the preview and bound into the action
+            digest (``execute`` by default; the tool's effect is ``execute`` either way).
+        risk: ``low``, ``medium`` or ``high`` (default), shown and bound the same way.
+        max_output_bytes: bytes kept of stdout and of stderr each (head and tail;
+            default 64 KiB, at most 512 KiB).
+        cpu_s: s of CPU time (``RLIMIT_CPU``).
+        memory_bytes: bytes of address space (``RLIMIT_AS``).
+        max_processes: processes (``RLIMIT_NPROC``, counted in the sandbox's user namespace).
+        max_file_bytes: bytes, the largest file the command may write (``RLIMIT_FSIZE``).
+        max_open_files: open file descriptors (``RLIMIT_NOFILE``).
+
+    Raises:
+        ValueError: a field out of its range or a reserved variable.
+    """
+
+    name: str
+    path: Path
+    max_timeout_ms: int = 30_000  # ms
+    network: Literal["none", "egress"] = "none"
+    workspace: Literal["ro", "rw"] = "ro"
+    env: Mapping[str, str] = field(default_factory=dict)
+    effect: Literal["read", "write", "execute", "external"] = "execute"
+    risk: Literal["low", "medium", "high"] = "high"
+    max_output_bytes: int = 64 * 1024  # bytes, per stream
+    cpu_s: int = 60  # s
+    memory_bytes: int = 4 * 1024 * MiB  # bytes
+    max_processes: int = 256  # processes
+    max_file_bytes: int = 256 * MiB  # bytes
+    max_open_files: int = 256  # descriptors
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _COMMAND_NAME.fullmatch(self.name):
+            raise ValueError(f"command name {self.name!r}: letters, digits and ._+- (at most 64)")
+        text = str(self.path)
+        if "\x00" in text or not Path(text).is_absolute():
+            raise ValueError(f"command {self.name}: path must be absolute, got {text!r}")
+        object.__setattr__(self, "path", Path(text))
+        for name in ("max_timeout_ms", "max_output_bytes", "cpu_s", "memory_bytes", "max_processes",
+                     "max_file_bytes", "max_open_files"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"command {self.name}: {name} must be a positive int, got {value!r}")
+        if self.max_timeout_ms > COMMAND_TIMEOUT_CEILING_MS:
+            raise ValueError(f"command {self.name}: max_timeout_ms is at most {COMMAND_TIMEOUT_CEILING_MS}")
+        if self.max_output_bytes > COMMAND_OUTPUT_CEILING:
+            raise ValueError(f"command {self.name}: max_output_bytes is at most {COMMAND_OUTPUT_CEILING}")
+        if self.network == "egress":  # fail closed until the proxy exists
+            raise ValueError(
+                f'command {self.name}: network = "egress" is not supported by this host yet; use "none"'
+            )
+        _one_of(self.name, "network", self.network, ("none",))
+        _one_of(self.name, "workspace", self.workspace, ("ro", "rw"))
+        _one_of(self.name, "effect", self.effect, ("read", "write", "execute", "external"))
+        _one_of(self.name, "risk", self.risk, ("low", "medium", "high"))
+        if not isinstance(self.env, Mapping):
+            raise ValueError(f"command {self.name}: env must be a table of strings")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"command {self.name}: env name {key!r} is not a variable name")
+            if key in _ENV_RESERVED or key.startswith("LD_"):
+                raise ValueError(f"command {self.name}: env {key} is set by the sandbox or refused")
+            if not isinstance(value, str) or "\x00" in value:
+                raise ValueError(f"command {self.name}: env {key} must be a string without NUL")
+        object.__setattr__(self, "env", dict(sorted(self.env.items())))
+
+    def definition(self) -> dict[str, object]:
+        """The entry as JSON data (what the action digest binds and ``inspect`` shows)."""
+        return {
+            "name": self.name, "path": str(self.path), "max_timeout_ms": self.max_timeout_ms,
+            "network": self.network, "workspace": self.workspace, "env": dict(self.env),
+            "effect": self.effect, "risk": self.risk, "max_output_bytes": self.max_output_bytes,
+            "cpu_s": self.cpu_s, "memory_bytes": self.memory_bytes, "max_processes": self.max_processes,
+            "max_file_bytes": self.max_file_bytes, "max_open_files": self.max_open_files,
+        }  # fmt: skip
+
+
+def _one_of(command: str, key: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"command {command}: {key} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +277,13 @@ class HostConfig:
             and limits, for components slow to instantiate (componentize-py and -js);
             0 turns it off (:mod:`host.runtime.ready`). Each costs the memory of one
             idle instance (a few MB resident for a Python plugin).
+        commands: the commands ``exec.run`` may start (:class:`CommandEntry`, distinct
+            names); with at least one (and a workspace), ``exec.run`` is in the registry.
+        unsafe_exec_without_sandbox: run ``exec.run`` commands without bubblewrap when
+            ``bwrap`` is not on the host's ``PATH``, instead of refusing with
+            SANDBOX_UNAVAILABLE (a bwrap that fails to set a sandbox up still refuses).
+            The command then runs with the rights of the host's user: logs a warning and
+            is recorded in the ``lock.accepted`` audit record and in each call's outcome.
     """
 
     state_dir: Path
@@ -189,11 +306,30 @@ class HostConfig:
     debug_guest_errors: bool = False
     workspaces: tuple[WorkspaceGrant, ...] = ()
     ready_instances: int = 2  # instances per (component, limits); 0: off
+    commands: tuple[CommandEntry, ...] = ()
+    unsafe_exec_without_sandbox: bool = False
 
     def __post_init__(self) -> None:
         # Accept str at run time for convenience; the field is always a Path afterwards.
         object.__setattr__(self, "state_dir", Path(self.state_dir))
         object.__setattr__(self, "workspaces", tuple(self.workspaces))
+        object.__setattr__(self, "commands", tuple(self.commands))
+        names = [c.name for c in self.commands]
+        if len(set(names)) != len(names):
+            raise ValueError(f"HostConfig.commands: two entries share a name ({', '.join(sorted(names))})")
+        if self.commands and not self.workspaces:
+            raise ValueError("HostConfig.commands: exec.run runs in a workspace; grant one ([[workspace]])")
+        widest = max((c.max_output_bytes for c in self.commands), default=0)
+        if 2 * widest + 4096 > self.ceilings.max_output_bytes:
+            raise ValueError(
+                f"HostConfig.commands: max_output_bytes {widest} for stdout and stderr does not fit "
+                f"the output ceiling of {self.ceilings.max_output_bytes} bytes"
+            )
+        if self.unsafe_exec_without_sandbox:
+            _log.warning(
+                "unsafe_exec_without_sandbox is on: exec.run commands run without bubblewrap, with "
+                "the rights of this user, when bwrap is not on PATH."
+            )
         if self.audit_durability not in ("full", "flush"):
             raise ValueError(f"audit_durability must be 'full' or 'flush', got {self.audit_durability!r}")
         for name in ("audit_flush_interval_ms", "audit_checkpoint_every", "audit_checkpoint_interval_s"):

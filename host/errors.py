@@ -30,6 +30,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     │   ├── SandboxFuelExhausted  SANDBOX_FUEL_EXHAUSTED  ran out of fuel
     │   ├── SandboxTimeout        SANDBOX_TIMEOUT         passed its wall-clock deadline
     │   └── SandboxMemory         SANDBOX_MEMORY          hit its memory limit
+    ├── SandboxUnavailable        SANDBOX_UNAVAILABLE     exec.run cannot set up its bubblewrap sandbox
     ├── ToolFailed                TOOL_FAILED             the guest reported a failure
     ├── ManifestInvalid           MANIFEST_INVALID        the package manifest is invalid
     ├── ComponentRefused          COMPONENT_REFUSED       the module is not an acceptable component
@@ -100,6 +101,7 @@ __all__ = [
     "SandboxMemory",
     "SandboxTimeout",
     "SandboxTrap",
+    "SandboxUnavailable",
     "SchemaInvalid",
     "SecretsUnavailable",
     "SignatureInvalid",
@@ -342,6 +344,18 @@ class SandboxMemory(SandboxTrap):
 
     code = "SANDBOX_MEMORY"
     default_hint = "The call needed more memory; raise limits.memory_bytes if intended."
+
+
+class SandboxUnavailable(StockadeError):
+    """The process sandbox of ``exec.run`` cannot be set up (no ``bwrap``, no user
+    namespaces, the seccomp filter cannot be built or loaded): nothing ran."""
+
+    code = "SANDBOX_UNAVAILABLE"
+    default_hint = (
+        "Install bubblewrap (Debian: apt-get install bubblewrap) and allow unprivileged user "
+        "namespaces; a command never runs outside the sandbox unless the operator sets "
+        "unsafe_exec_without_sandbox."
+    )
 
 
 class ToolFailed(StockadeError):

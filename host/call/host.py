@@ -537,7 +537,7 @@ class Host:
             raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
         report("sandbox_started", {"tool": tool.name})
         if self._host_tools is not None and self._host_tools.owns(tool):
-            ran = self._host_tools.invoke(call.plan, tool)
+            ran = self._host_tools.invoke(call.plan, tool, cancel=cancel)
             call.outcome = ran.record
             wall_ms = (time.monotonic() - call.started) * 1000
             return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))

@@ -183,6 +183,7 @@ def accept_generation(
             "overridden": list(overridden),
             "unsafe_allow_loopback": config.unsafe_allow_loopback,
             "unsafe_allow_unsigned": config.unsafe_allow_unsigned,
+            "unsafe_exec_without_sandbox": config.unsafe_exec_without_sandbox,
         },
     )
 

@@ -26,12 +26,25 @@ One place for what every host command would otherwise repeat (docs/design.md
     protected = ["vendor"]                   # refused for writes (.git and Stockade's files always are)
     max_file_bytes = 8388608                 # bytes; larger files are refused unread
 
+    [[command]]                              # optional, repeatable: exec.run (docs/commands.md)
+    name = "git"                             # what argv[0] must be
+    path = "/usr/bin/git"                    # absolute; fixed when the Host opens
+    max_timeout_ms = 30000                   # ms, the longest deadline a call may ask for
+    network = "none"                         # a fresh network namespace ("egress": not yet)
+    workspace = "ro"                         # the workspace bound read-only ("rw": writable)
+    env = { GIT_CONFIG_NOSYSTEM = "1" }      # literal values, visible to the process
+    effect = "execute"                       # shown and bound into the action digest
+    risk = "high"
+
 Rules (fail closed): every key is optional, unknown keys and wrong types are errors
 (:class:`~host.errors.ConfigInvalid` listing every problem); relative paths are relative
 to the directory holding the file, ``~`` is expanded. Options given on a command line win
 over the file; the file wins over built-in defaults. ``require_signatures = true`` cannot
 be switched off from the command line. With ``trusted_keys`` set, package signatures are
 required unless ``unsafe_allow_unsigned = true`` (``HostConfig.unsafe_allow_unsigned``).
+``[[command]]`` tables are checked by :class:`~host.config.CommandEntry` itself (one
+implementation of its rules); ``unsafe_exec_without_sandbox = true`` in ``[host]`` lets
+``exec.run`` run a command bare when bubblewrap cannot be set up (audited).
 
 Which file (:func:`find_host_file`): ``--config FILE``, else ``$STOCKADE_CONFIG`` (both
 must exist), else ``./stockade.host.toml``, else ``<state dir>/stockade.host.toml`` where
@@ -58,6 +71,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from host._files import UnsafePermissions, check_trusted
+from host.config import CommandEntry
 from host.errors import ConfigInvalid
 
 # tomllib is standard from Python 3.11, tomli (the same code) below; imported by name so
@@ -102,6 +116,8 @@ class HostFile:
             store (hosts that approve in-band; ``stockade approvals approve``).
         trusted_approver_keys: the approver public keys (``stockade.keys/1``) approvals
             on a PostgreSQL store are verified against.
+        commands: the ``[[command]]`` entries (``exec.run``), validated.
+        unsafe_exec_without_sandbox: run commands bare when the sandbox cannot be set up.
     """
 
     path: Path
@@ -117,6 +133,8 @@ class HostFile:
     approver_key: Path | None = None
     trusted_approver_keys: Path | None = None
     workspaces: tuple[Mapping[str, Any], ...] = ()  # [[workspace]] tables, checked, root absolute
+    commands: tuple[CommandEntry, ...] = ()  # [[command]] tables
+    unsafe_exec_without_sandbox: bool | None = None
 
 
 def find_host_file(
@@ -174,6 +192,7 @@ def load_host_file(path: Path) -> HostFile:
     problems: list[dict[str, str]] = []
     values = _check(document, problems)
     workspaces = _check_workspaces(document.get("workspace", []), problems)
+    commands = _check_commands(document.get("command", []), problems)
     if problems:
         summary = "; ".join(f"{p['loc']}: {p['msg']}" for p in problems[:5])
         raise ConfigInvalid(
@@ -184,7 +203,39 @@ def load_host_file(path: Path) -> HostFile:
         key: (base / Path(value).expanduser()) if key in _PATHS else value for key, value in values.items()
     }
     rooted = tuple({**w, "root": base / Path(w["root"]).expanduser()} for w in workspaces)
-    return HostFile(path=path, **resolved, workspaces=rooted)
+    return HostFile(path=path, **resolved, workspaces=rooted, commands=commands)
+
+
+_COMMAND_KEYS: Final = frozenset(CommandEntry.__dataclass_fields__)
+
+
+def _check_commands(tables: object, problems: list[dict[str, str]]) -> tuple[CommandEntry, ...]:
+    """``[[command]]`` tables: known keys only, then :class:`CommandEntry`'s own rules."""
+    if not isinstance(tables, list):
+        problems.append({"loc": "command", "msg": "must be an array of tables ([[command]])"})
+        return ()
+    entries: list[CommandEntry] = []
+    for index, table in enumerate(tables):
+        loc = f"command.{index}"
+        if not isinstance(table, dict):
+            problems.append({"loc": loc, "msg": "must be a table"})
+            continue
+        unknown = sorted(set(table) - _COMMAND_KEYS)
+        for key in unknown:
+            problems.append({"loc": f"{loc}.{key}", "msg": "unknown key"})
+        if unknown:
+            continue
+        if not isinstance(table.get("name"), str) or not isinstance(table.get("path"), str):
+            problems.append({"loc": loc, "msg": "name and path are required strings"})
+            continue
+        try:
+            entries.append(CommandEntry(**{**table, "path": Path(table["path"])}))
+        except (ValueError, TypeError) as exc:
+            problems.append({"loc": loc, "msg": str(exc)})
+    names = [e.name for e in entries]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append({"loc": "command", "msg": f"two entries are named {name!r}"})
+    return tuple(entries)
 
 
 _WORKSPACE_LISTS: Final = ("subjects", "deny", "protected")
@@ -235,7 +286,7 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
         problems.append(
             {"loc": "format", "msg": f"must be {HOST_FILE_FORMAT!r}, got {document.get('format')!r}"}
         )
-    for key in sorted(set(document) - {"format", "host", "workspace"}):
+    for key in sorted(set(document) - {"format", "host", "workspace", "command"}):
         problems.append({"loc": key, "msg": "unknown key"})
     table = document.get("host", {})
     if not isinstance(table, dict):
@@ -249,7 +300,7 @@ def _check(document: Mapping[str, Any], problems: list[dict[str, str]]) -> dict[
                 problems.append({"loc": loc, "msg": "must be a non-empty path string"})
             else:
                 values[key] = value
-        elif key in ("require_signatures", "unsafe_allow_unsigned"):
+        elif key in ("require_signatures", "unsafe_allow_unsigned", "unsafe_exec_without_sandbox"):
             if not isinstance(value, bool):
                 problems.append({"loc": loc, "msg": "must be true or false"})
             else:

@@ -18,20 +18,23 @@ Modules:
 - :mod:`host.tools.fs` — ``fs.read_file``, ``fs.edit_file``, ``fs.list``;
 - :mod:`host.tools.fs_write` — ``fs.write_file`` (create only);
 - :mod:`host.tools.fs_search` — ``fs.search`` (literal, bounded);
-- :mod:`host.tools.preopens` — plugins' read-only workspace preopens (``workspace.read``).
+- :mod:`host.tools.preopens` — plugins' read-only workspace preopens (``workspace.read``);
+- :mod:`host.tools.exec` — ``exec.run`` (operator-declared commands in :mod:`host.sandbox`).
 
-Resources (workspace roots, later command entries) come from the operator's
+Resources (workspace roots, command entries) come from the operator's
 :class:`~host.config.HostConfig`, never from the model, a client or a manifest.
 :func:`host_tools_for` builds the set a Host serves from its configuration.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from host.config import HostConfig
 from host.tools.base import HOST_PACKAGE, HostCall, HostTool, HostToolSet, Prepared, Ran, bind_digest
+from host.tools.exec import Commands, exec_tool
 from host.tools.fs import Workspaces, edit_tool, list_tool, read_tool
 from host.tools.fs_search import search_tool
 from host.tools.fs_write import write_tool
@@ -49,21 +52,33 @@ __all__ = [
 
 
 def host_tools_for(config: HostConfig, *, protected: Sequence[Path]) -> HostToolSet | None:
-    """The host tools of a configuration: the ``fs.*`` tools when a workspace is granted.
+    """The host tools of a configuration: the ``fs.*`` tools when a workspace is granted,
+    and ``exec.run`` when commands are declared too.
 
     Args:
-        config: the host configuration (``workspaces``).
+        config: the host configuration (``workspaces``, ``commands``).
         protected: Stockade's own files (state dir, lock, audit log), write-protected
-            wherever they lie inside a workspace root.
+            wherever they lie inside a workspace root (and read-only inside the sandbox).
 
     Raises:
         ToolFailed: a workspace root cannot be opened.
+        ConfigInvalid: a command's binary is not an executable file.
     """
     if not config.workspaces:
         return None
     workspaces = Workspaces(config.workspaces, protected=[config.state_dir, *protected])
     tools = [read_tool(workspaces), edit_tool(workspaces), write_tool(workspaces), list_tool(workspaces),
              search_tool(workspaces)]  # fmt: skip
+    if config.commands:
+        try:
+            commands = Commands(
+                config.commands, path_env=os.environ.get("PATH"),
+                unsafe_without_sandbox=config.unsafe_exec_without_sandbox,
+            )  # fmt: skip
+        except BaseException:
+            workspaces.close()
+            raise
+        tools.append(exec_tool(commands, workspaces))
     return HostToolSet(
         tools, ceilings=config.ceilings, close=workspaces.close, plugin_reads=workspaces.plugin_reads
     )

@@ -71,11 +71,13 @@ HOST_TOOL_DOMAIN: Final = "stockade/host-tool-action@1"
 @dataclass(frozen=True, slots=True)
 class HostCall:
     """What a host tool's functions get: who calls, in which session, with which input
-    (validated against the input schema and canonical)."""
+    (validated against the input schema and canonical), and the caller's cancel event
+    (``run`` only; ``exec.run`` stops its process when it is set)."""
 
     principal: Principal
     session: str
     input: Mapping[str, Any]
+    cancel: threading.Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +222,9 @@ class HostToolSet:
         effect = {"bound": dict(prepared.bound), **prepared.record}
         return dataclasses.replace(plan, action_digest=digest, preview=preview, effect=effect)
 
-    def invoke(self, plan: InvocationPlan, tool: ToolDefinition) -> Ran:
+    def invoke(
+        self, plan: InvocationPlan, tool: ToolDefinition, *, cancel: threading.Event | None = None
+    ) -> Ran:
         """Run a host tool (step 10) for an admitted plan.
 
         For a tool with ``prepare``, the effect prepared under this exact digest is used
@@ -234,7 +238,7 @@ class HostToolSet:
             StockadeError: the tool refused or failed.
         """
         host_tool = self._tools[tool.name]
-        call = _call_of(plan)
+        call = _call_of(plan, cancel)
         prepared = None
         if host_tool.prepare is not None:
             with self._lock:
@@ -289,6 +293,6 @@ def stale(tool: str) -> ApprovalInvalid:
     )
 
 
-def _call_of(plan: InvocationPlan) -> HostCall:
+def _call_of(plan: InvocationPlan, cancel: threading.Event | None = None) -> HostCall:
     value = parse_json(plan.canonical_input)
-    return HostCall(plan.request.principal, plan.request.session, value)
+    return HostCall(plan.request.principal, plan.request.session, value, cancel)

@@ -462,6 +462,8 @@ def host_config(args: argparse.Namespace, root: Path) -> HostConfig:
         approver_key_file=settings.approver_key if settings is not None else None,
         trusted_approver_keys_file=settings.trusted_approver_keys if settings is not None else None,
         workspaces=workspaces,  # [[workspace]] of the host config file: the fs.* host tools
+        commands=settings.commands if settings is not None else (),  # [[command]]: exec.run
+        unsafe_exec_without_sandbox=bool(settings is not None and settings.unsafe_exec_without_sandbox),
     )
 
 

@@ -1,6 +1,11 @@
 """``stockade diff OLD_LOCK NEW_LOCK`` or ``stockade diff --from-git REV [LOCK]``:
 what a lock change adds or widens.
 
+``stockade diff OLD.host.toml NEW.host.toml`` compares two host config files'
+``[[command]]`` entries instead (:mod:`sdk.commandreview`): a new command, another
+binary, a read-write workspace, a network, a raised limit, a new variable, a higher risk
+or ``unsafe_exec_without_sandbox`` switched on escalates (exit 3).
+
 Both locks are verified first (digests, signatures with ``--trusted-keys``, manifests);
 no host state is touched. Every difference is listed; escalations are flagged: new
 packages and tools, any effect change, higher risk, permissions added or removed,
@@ -32,6 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from host.formats.hostfile import load_host_file
+from sdk.commandreview import command_changes, is_host_file
 from sdk.commands._common import (
     DEFAULT_LOCK,
     EXIT_ESCALATION,
@@ -86,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
                 "diff needs OLD_LOCK and NEW_LOCK (or --from-git REV [LOCK])",
                 hint="see `stockade diff --help`",
             )
+        if is_host_file(args.old) and is_host_file(args.new):
+            return _host_files(args.old, args.new, as_json=args.json)
         diff = diff_locks(
             args.old, args.new, trusted_keys=args.trusted_keys, unsafe_allow_unsigned=signatures_waived(args)
         )
@@ -112,6 +121,25 @@ def run(args: argparse.Namespace) -> int:
     if diff.relation not in ("same", "successor"):
         return EXIT_NOT_SUCCESSOR
     return EXIT_ESCALATION if diff.escalations else EXIT_OK
+
+
+def _host_files(old: Path, new: Path, *, as_json: bool) -> int:
+    """The command-entry diff of two host files; exit 3 when anything escalates."""
+    changes = command_changes(load_host_file(old), load_host_file(new))
+    escalations = [c for c in changes if c.escalation]
+    if as_json:
+        print_json({"old": str(old), "new": str(new), "changes": [c.to_dict() for c in changes],
+                    "escalations": len(escalations)})  # fmt: skip
+    else:
+        from sdk.commands._layout import emit
+
+        console = stdout_console()
+        rows = [("ESCALATES" if c.escalation else "-", c.command, c.detail) for c in changes]
+        emit(console, "command changes", ("flag", "command", "change"), rows, empty="no changes")
+        if escalations:
+            count = len(escalations)
+            console.print(f"[bold red]{count} escalation(s)[/]: review before using the new host file")
+    return EXIT_ESCALATION if escalations else EXIT_OK
 
 
 def render_rebinds(rebinds: list[dict[str, Any]]) -> None:

@@ -1,4 +1,9 @@
-"""``stockade inspect BUNDLE_DIR|LOCK``: the capability report a reviewer reads.
+"""``stockade inspect BUNDLE_DIR|LOCK|HOST_FILE``: the capability report a reviewer reads.
+
+For a host config file (``*.toml``): its ``[[command]]`` entries, the commands
+``exec.run`` may start, each with the binary it resolves to and that binary's sha256,
+its workspace mode, network, environment, limits, effect and risk, and whether the
+sandbox (bwrap) is on this machine's PATH (:mod:`sdk.commandreview`).
 
 For a bundle directory: the manifest and module are checked (manifest valid, module
 digest as pinned). For a lock file: every digest, signature (``--trusted-keys``,
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from host.errors import ComponentRefused
+from sdk.commandreview import command_report, is_host_file
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -73,7 +79,8 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "target", type=Path, metavar="BUNDLE_DIR|LOCK", help="a bundle directory or a lock file"
+        "target", type=Path, metavar="BUNDLE_DIR|LOCK|HOST_FILE",
+        help="a bundle directory, a lock file, or a host config file (its [[command]] entries)",
     )
     parser.add_argument(
         "--trusted-keys", type=Path, default=None, metavar="FILE", help="trusted keys (for a lock)"
@@ -104,6 +111,8 @@ def _status(message: str, enabled: bool) -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     """Build the report and print it."""
+    if is_host_file(args.target):
+        return _commands(args)
     imports = not args.no_imports
     with _status("verifying and compiling components to list their imports", imports and not args.json):
         if args.target.is_dir():
@@ -123,6 +132,30 @@ def run(args: argparse.Namespace) -> int:
     render(report, stdout_console(), imports=args.imports)
     if refused is not None:
         raise refused
+    return EXIT_OK
+
+
+def _commands(args: argparse.Namespace) -> int:
+    """The ``[[command]]`` report of a host file."""
+    report = command_report(args.target)
+    if args.json:
+        print_json(report)
+        return EXIT_OK
+    console = stdout_console()
+    sandbox = report["sandbox"]
+    tool = report["tool"] or "none (no workspace)"
+    console.print(f"[bold]host file[/] {cell(report['host_file'])}: tool {tool}")
+    bwrap = sandbox["bwrap"] or "NOT FOUND: every exec.run call is SANDBOX_UNAVAILABLE"
+    console.print(f"    bwrap {cell(bwrap)}")
+    if sandbox["unsafe_exec_without_sandbox"]:
+        console.print("    [bold red]unsafe_exec_without_sandbox[/]: commands run bare when bwrap is missing")
+    rows = [
+        (c["name"], c["binary"], (c["binary_sha256"] or "MISSING")[:16], c["workspace"], c["network"],
+         f"{c['max_timeout_ms']} ms", f"{c['effect']}/{c['risk']}", " ".join(sorted(c["env"])) or "-")
+        for c in report["commands"]
+    ]  # fmt: skip
+    columns = ("name", "binary", "sha256", "workspace", "network", "timeout", "effect/risk", "env")
+    emit(console, "commands", columns, rows)
     return EXIT_OK
 
 

@@ -34,6 +34,8 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
     # manifest, the operator's host file, and the MCP source pin (host/formats/).
     ("formats", ["host.formats"]),
     ("trust", ["host.trust"]),
+    # The process sandbox (bubblewrap, seccomp, rlimits) of exec.run and stdio MCP servers.
+    ("process sandbox", ["host.sandbox"]),
     ("audit, runtime, policy", [
         "host.audit", "host.auditkey", "host.runtime", "host.policy", "host.ratelimit", "host.approvals",
         "host.approverkey", "host.adapters",

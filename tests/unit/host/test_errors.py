@@ -31,6 +31,7 @@ PINNED_CODES = {
     "SandboxFuelExhausted": "SANDBOX_FUEL_EXHAUSTED",
     "SandboxTimeout": "SANDBOX_TIMEOUT",
     "SandboxMemory": "SANDBOX_MEMORY",
+    "SandboxUnavailable": "SANDBOX_UNAVAILABLE",
     "ToolFailed": "TOOL_FAILED",
     "ManifestInvalid": "MANIFEST_INVALID",
     "ComponentRefused": "COMPONENT_REFUSED",
