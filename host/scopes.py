@@ -73,7 +73,11 @@ __all__ = [
     "check_cover",
     "identity_of",
     "issue",
+    "issued_record",
     "refusal",
+    "resolve_trusted",
+    "unknown_scope",
+    "use_record",
 ]
 
 Reason = Literal["not_in_scope", "scope_expired", "scope_exhausted", "scope_revoked"]
@@ -521,7 +525,7 @@ class LocalScopes:
         with self._locked() as book:
             entry = book.entries.get(scope_id)
             if entry is None:
-                raise _unknown(scope_id)
+                raise unknown_scope(scope_id)
             if entry.revoked_at is None:
                 entry = entry.model_copy(update={"revoked_at": self._clock(), "revoked_by": by[:256]})
                 book.entries[scope_id] = entry
@@ -545,7 +549,7 @@ class LocalScopes:
         with self._locked(write=False) as book:
             entry = book.entries.get(scope_id)
             if entry is None:
-                raise _unknown(scope_id)
+                raise unknown_scope(scope_id)
             return _state(entry)
 
     def entries(self) -> list[ScopeState]:
@@ -607,7 +611,8 @@ def _state(entry: _Entry) -> ScopeState:
     return ScopeState(entry.signed, dict(entry.used), entry.used_total, entry.revoked_at, entry.revoked_by)
 
 
-def _unknown(scope_id: str) -> ScopeInvalid:
+def unknown_scope(scope_id: str) -> ScopeInvalid:
+    """The refusal of an id no scope has."""
     return ScopeInvalid(
         f"no scope {scope_id[:40]!r} in this store", hint="List scopes with `stockade scopes list`."
     )

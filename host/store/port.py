@@ -12,7 +12,9 @@ behind it:
 - :class:`LockGenerationPort` — accept a lock generation: monotonic, forks and
   downgrades refused exactly as :class:`host.trust.lock.LockState` refuses them (§4, §12);
 - :class:`~host.store.pending.PendingApprovalPort` — the queue of actions waiting for a
-  person (the contract of :class:`host.approvals.ApprovalQueue`).
+  person (the contract of :class:`host.approvals.ApprovalQueue`);
+- :class:`~host.scopes.ScopePort` — scopes granted ahead of time: each use counted once,
+  fleet-wide, never past a signed bound, with its audit record.
 
 Contract every backend keeps (``tests/store/test_contract.py`` runs both):
 
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from host.scopes import ScopePort
     from host.store.pending import PendingApprovalPort
     from host.trust.lock import LoadedLock
     from host.types import Approval, InvocationPlan
@@ -206,6 +209,11 @@ class StateStore(Protocol):
     @property
     def pending(self) -> PendingApprovalPort:
         """The queue of actions waiting for a person (``stockade approvals``, MCP)."""
+        ...
+
+    @property
+    def scopes(self) -> ScopePort:
+        """Scopes a person granted ahead of time to unattended jobs (``stockade scopes``)."""
         ...
 
     def close(self) -> None:
