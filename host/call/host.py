@@ -149,7 +149,7 @@ class Host:
         # (tool, version) → binding digest of this generation (host.policy.bindings): a
         # user allow and a session grant hold only while the binding they recorded does.
         self._bindings: dict[tuple[str, str], str] = dict(bindings or {})
-        self.grants = BoundGrants(store.grants, self._bindings_of)
+        self.grants = BoundGrants(store.grants, self._bindings_of, audit=store.audit)
         self._packages = dict(packages)
         self._runtime = runtime
         self._secrets = secrets
@@ -467,11 +467,30 @@ class Host:
                         action_digest=plan.action_digest,
                         preview=plan.preview.to_dict(),
                     )
+            elif plan.discharged_by == "session_grant":
+                self._consume_grant(plan)
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
         result = self._run(plan, cancel, report)
         report("done", {"ok": result.ok, "code": result.error.code if result.error else None})
         return result
+
+    def _consume_grant(self, plan: InvocationPlan) -> None:
+        """Count the use of the session grant that discharged ``plan``'s ask.
+
+        Raises:
+            ApprovalRequired: the grant ended or ran out since the plan was prepared.
+        """
+        binding = plan.tool_policy.get("binding")
+        principal = plan.request.principal
+        left = -1 if not isinstance(binding, str) else self.grants.consume_bound(
+            principal.key, plan.request.session, plan.tool, binding
+        )
+        if left == -1:
+            raise ApprovalRequired(
+                f"{plan.tool} needs a person's approval: the session grant ended or has no calls left",
+                action_digest=plan.action_digest, preview=plan.preview.to_dict(), reason="grant_exhausted",
+            )
 
     def _redeem_scope(self, plan: InvocationPlan, scope_id: str) -> Redeemed:
         """Redeem ``scope_id`` for ``plan`` (the hard floor never: not_in_scope).

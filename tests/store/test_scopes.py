@@ -340,3 +340,26 @@ def test_two_processes_of_four_threads_on_one_postgresql_run_exactly_five_of_for
         redeemed = [r for r in records if r["kind"] == "scope.redeemed"]
         assert len(redeemed) == 5 and sorted(r["remaining"] for r in redeemed) == [0, 1, 2, 3, 4]
         assert store.scopes.get(signed.scope.id).used_total == 5
+
+
+# -- session grants get the same bounds ------------------------------------------------------
+
+
+def test_a_counted_session_grant_is_counted_once_per_use_and_revocable(store: StateStore) -> None:
+    store.grants.grant(("p", "alice"), "s1", "t#b", max_calls=2)
+    assert store.grants.discharges(("p", "alice"), "s1", "t#b")
+    assert [store.grants.consume(("p", "alice"), "s1", "t#b") for _ in range(3)] == [1, 0, -1]
+    assert not store.grants.discharges(("p", "alice"), "s1", "t#b")
+    store.grants.grant(("p", "alice"), "s1", "u#b", ttl_s=60)
+    assert store.grants.consume(("p", "alice"), "s1", "u#b") is None  # no count: only an end
+    assert store.grants.consume(("p", "bob"), "s1", "u#b") == -1
+    assert store.grants.revoke(("p", "alice"), "s1", "u#b") is True
+    assert not store.grants.discharges(("p", "alice"), "s1", "u#b")
+
+
+def test_a_session_grant_ends_at_its_ttl_on_the_stores_clock(store: StateStore) -> None:
+    store.grants.grant(("p", "alice"), "s1", "t#b", ttl_s=1.0)
+    assert store.grants.discharges(("p", "alice"), "s1", "t#b")
+    time.sleep(1.1)
+    assert not store.grants.discharges(("p", "alice"), "s1", "t#b")
+    assert store.grants.consume(("p", "alice"), "s1", "t#b") == -1
