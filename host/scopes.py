@@ -580,8 +580,21 @@ class LocalScopes:
                 pending = list(book.journal)
                 self._store(book.entries, [] if self._audit is not None else pending)
                 if self._audit is not None:
-                    for item in pending:
-                        self._audit.append(item.kind, item.payload)
+                    self._flush(book.entries, pending)
+
+    def _flush(self, entries: Mapping[str, _Entry], pending: list[_Journaled]) -> None:
+        """Append ``pending`` to the audit sink in order; if the sink fails, keep what was
+        not appended in the journal (best effort) and re-raise: nothing is lost silently."""
+        assert self._audit is not None
+        for done, item in enumerate(pending):
+            try:
+                self._audit.append(item.kind, item.payload)
+            except BaseException:
+                try:
+                    self._store(entries, pending[done:])
+                except OSError:  # pragma: no cover - the disk failed as well
+                    pass
+                raise
 
     def _load(self) -> _Book:
         if not self._path.exists():

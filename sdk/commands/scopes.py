@@ -143,14 +143,18 @@ def _approver_keys(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextmanager
-def _scopes(args: argparse.Namespace) -> Iterator[Any]:
+def _scopes(args: argparse.Namespace, *, write: bool = True) -> Iterator[Any]:
     """The scope port: the state dir's book (records go to the audit log when no host
-    holds it, else to the book's journal for the host), or a PostgreSQL store's."""
+    holds it, else to the book's journal for the host; reads open no log), or a
+    PostgreSQL store's."""
     if args.store in (None, "local"):
         from host.call.open import open_audit
         from host.scopes import LocalScopes
 
         root = state_dir(args)
+        if not write:
+            yield LocalScopes(root, audit=None)
+            return
         try:
             audit = open_audit(audit_path(args), host_config(args, root))
         except AuditUnavailable:  # a running host holds the log: it appends the records
@@ -229,7 +233,7 @@ def _when(stamp: float) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with _scopes(args) as port:
+    with _scopes(args, write=False) as port:
         states = port.entries()
     now = time.time()
     if args.json:
@@ -253,7 +257,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    with _scopes(args) as port:
+    with _scopes(args, write=False) as port:
         state = port.get(args.id)
     _print_state(args, state)
     return EXIT_OK
@@ -296,7 +300,7 @@ def covering(args: argparse.Namespace, tool: str, version: str) -> list[dict[str
     """The active scopes of ``args.project``/``args.subject`` naming exactly (tool, version),
     with what is left (for ``policy explain``); empty when the store cannot be read."""
     try:
-        with _scopes(args) as port:
+        with _scopes(args, write=False) as port:
             states = port.entries()
     except (ScopeInvalid, OSError):
         return []

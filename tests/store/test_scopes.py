@@ -363,3 +363,61 @@ def test_a_session_grant_ends_at_its_ttl_on_the_stores_clock(store: StateStore) 
     time.sleep(1.1)
     assert not store.grants.discharges(("p", "alice"), "s1", "t#b")
     assert store.grants.consume(("p", "alice"), "s1", "t#b") == -1
+
+
+# -- the local book's own bounds ----------------------------------------------------------------
+
+
+def test_the_local_book_refuses_a_scope_past_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("host.scopes.MAX_SCOPES", 2)
+    book = LocalScopes(tmp_path, audit=None)
+    book.add(signed_scope())
+    book.add(signed_scope())
+    with pytest.raises(ScopeInvalid) as caught:
+        book.add(signed_scope())
+    assert caught.value.details["limit"] == 2 and len(book.entries()) == 2
+
+
+def test_a_full_journal_refuses_the_change_that_would_go_unrecorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("host.scopes.MAX_JOURNAL", 1)
+    book = LocalScopes(tmp_path, audit=None)
+    first = signed_scope()
+    book.add(first)  # journaled: scope.issued
+    from host.errors import StoreUnavailable  # noqa: PLC0415
+
+    with pytest.raises(StoreUnavailable, match="journal is full"):
+        book.add(signed_scope())
+    assert [s.signed.scope.id for s in book.entries()] == [first.scope.id]
+
+
+class _FailingSink:
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+        self.fail = True
+
+    def append(self, kind: str, payload: object, *, durable: bool | None = None) -> str:
+        if self.fail:
+            from host.errors import AuditUnavailable  # noqa: PLC0415
+
+            raise AuditUnavailable("disk full")
+        self.kinds.append(kind)
+        return "0" * 64
+
+
+def test_a_failing_audit_sink_refuses_the_use_counts_it_and_keeps_its_records(tmp_path: Path) -> None:
+    """The use stays counted (the safe side) and its records wait in the journal."""
+    from host.errors import AuditUnavailable  # noqa: PLC0415
+
+    sink = _FailingSink()
+    book = LocalScopes(tmp_path, audit=sink, trusted=TRUSTED)
+    signed = signed_scope(max_calls=2)
+    with pytest.raises(AuditUnavailable):
+        book.add(signed)
+    with pytest.raises(AuditUnavailable):
+        book.redeem(use(signed.scope.id))
+    assert book.get(signed.scope.id).used_total == 1
+    sink.fail = False
+    book.redeem(use(signed.scope.id))
+    assert sink.kinds == ["scope.issued", "scope.redeemed", "scope.redeemed", "scope.exhausted"]

@@ -10,7 +10,16 @@ import pytest
 
 from host.approverkey import ApproverKey, scope_verifies, sign_scope
 from host.errors import ScopeInvalid
-from host.formats.scope import DEFAULT_CEILING_S, Scope, ScopeTool, SignedScope, build_scope, scope_tool
+from host.formats.scope import (
+    DEFAULT_CEILING_S,
+    MAX_INPUTS,
+    MAX_TOOLS,
+    Scope,
+    ScopeTool,
+    SignedScope,
+    build_scope,
+    scope_tool,
+)
 from host.signing import TrustedKeys
 
 NOW = 1_800_000_000.0
@@ -104,3 +113,16 @@ def test_another_format_version_is_refused_with_the_value_named() -> None:
     with pytest.raises(ScopeInvalid) as caught:
         SignedScope.from_json(json.dumps(body))
     assert "stockade.scope/1" in caught.value.message
+
+
+def test_the_tool_and_input_bounds_are_enforced_at_issue() -> None:
+    tools = [scope_tool(f"t.n{i}", "1.0.0", identity=IDENTITY, max_calls=1) for i in range(MAX_TOOLS + 1)]
+    _scope(tools=tools[:MAX_TOOLS])
+    with pytest.raises(ScopeInvalid):
+        _scope(tools=tools)
+    digests = [f"{i:064x}" for i in range(MAX_INPUTS + 1)]
+    _tool(inputs=digests[:MAX_INPUTS])
+    with pytest.raises(ScopeInvalid):
+        _tool(inputs=digests)
+    with pytest.raises(ScopeInvalid):
+        _tool(inputs=[])
