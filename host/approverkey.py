@@ -38,10 +38,19 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from host._files import read_private
 from host.errors import ApprovalInvalid, ConfigInvalid, SignatureInvalid
+from host.formats.scope import Scope, SignedScope, scope_statement
 from host.signing import STATEMENT_APPROVAL, TrustedKeys, key_id_for, signed_statement
 from host.types import Approval
 
-__all__ = ["ApproverKey", "approval_statement", "sign_approval", "trusted_with", "verify_approval"]
+__all__ = [
+    "ApproverKey",
+    "approval_statement",
+    "scope_verifies",
+    "sign_approval",
+    "sign_scope",
+    "trusted_with",
+    "verify_approval",
+]
 
 _MAX_KEY_BYTES: Final = 16 * 1024  # bytes of a PEM key file
 _SIGNED_FIELDS: Final = ("action_digest", "project", "subject", "session", "expires_at", "nonce")
@@ -139,3 +148,20 @@ def verify_approval(keys: TrustedKeys, approval: Approval) -> None:
         )
     except SignatureInvalid:
         raise ApprovalInvalid("the approval is not valid for this action") from None
+
+
+def sign_scope(key: ApproverKey, scope: Scope) -> SignedScope:
+    """``scope`` signed by ``key`` (statement ``stockade/scope@1``, :mod:`host.formats.scope`)."""
+    return SignedScope(scope=scope, signature=key.sign(scope_statement(scope)), key_id=key.key_id)
+
+
+def scope_verifies(keys: TrustedKeys, signed: SignedScope) -> bool:
+    """Whether ``signed`` carries a valid signature by one of ``keys`` (never raises for a
+    bad signature: a forged or edited scope simply covers nothing)."""
+    try:
+        keys.verify_statement(
+            scope_statement(signed.scope), signature=signed.signature, key_id=signed.key_id, what="scope"
+        )
+    except SignatureInvalid:
+        return False
+    return True

@@ -44,6 +44,7 @@ class Ceilings:
     max_input_bytes: int = 64 * 1024  # bytes of canonical input (docs/design.md §5)
     max_output_bytes: int = 256 * 1024  # bytes of canonical output (docs/design.md §5)
     trap_text_bytes: int = 4096  # bytes of trap text kept (docs/design.md §8)
+    max_scope_s: int = 86_400  # s, the longest a scope (stockade.scope/1) may live
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:

@@ -20,6 +20,7 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     ├── ApprovalDenied            APPROVAL_DENIED         a person declined (or dismissed) the approval
     ├── ApprovalQueueFull         APPROVAL_QUEUE_FULL     the principal (or the queue) is at its pending bound
     ├── ApproverKeyMissing        APPROVER_KEY_MISSING    no approver key configured for a shared store
+    ├── ScopeInvalid              SCOPE_INVALID           a scope refused at issue, or no such scope
     ├── Busy                      BUSY                    serve or an MCP source is at its concurrency cap
     ├── CallCancelled             CANCELLED               the caller cancelled the call; the guest was stopped
     ├── RateLimited               RATE_LIMITED            per (principal, tool) window exhausted
@@ -103,6 +104,7 @@ __all__ = [
     "SandboxTrap",
     "SandboxUnavailable",
     "SchemaInvalid",
+    "ScopeInvalid",
     "SecretsUnavailable",
     "SignatureInvalid",
     "StockadeError",
@@ -238,6 +240,15 @@ class ApproverKeyMissing(StockadeError):
         "Set `approver_key` (to approve) or `trusted_approver_keys` (to redeem) in the "
         "[host] table of stockade.host.toml (docs/design.md §13, approvals)."
     )
+
+
+class ScopeInvalid(StockadeError):
+    """A scope (``stockade.scope/1``) was refused at issue — an end that is not finite, in
+    the past or past the host's ceiling, a zero count, an unknown tool — or names no
+    scope the store holds."""
+
+    code = "SCOPE_INVALID"
+    default_hint = "Grant a scope with `stockade scopes grant`; list them with `stockade scopes list`."
 
 
 class ApprovalDenied(StockadeError):

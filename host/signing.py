@@ -59,6 +59,7 @@ __all__ = [
     "STATEMENT_AUDIT_CHECKPOINT",
     "STATEMENT_LOCK",
     "STATEMENT_PACKAGE",
+    "STATEMENT_SCOPE",
     "STATEMENT_TAGS",
     "TrustedKeys",
     "check_key_id",
@@ -78,8 +79,12 @@ STATEMENT_LOCK: Final = "stockade/lock@1"
 STATEMENT_AUDIT_CHECKPOINT: Final = "stockade/audit-checkpoint@1"
 STATEMENT_MCP_SOURCE: Final = "stockade/mcp-source@1"
 STATEMENT_APPROVAL: Final = "stockade/approval@1"
+STATEMENT_SCOPE: Final = "stockade/scope@1"
 STATEMENT_TAGS: Final = frozenset(
-    {STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT, STATEMENT_MCP_SOURCE, STATEMENT_APPROVAL}
+    {
+        STATEMENT_PACKAGE, STATEMENT_LOCK, STATEMENT_AUDIT_CHECKPOINT, STATEMENT_MCP_SOURCE,
+        STATEMENT_APPROVAL, STATEMENT_SCOPE,
+    }
 )
 """Every domain tag a Stockade signature may carry (docs/design.md §12); others are refused."""
 

@@ -247,6 +247,10 @@ class InvocationPlan:
     binding digest) and ``allow`` — ``"bound"`` (a user allow honoured with its binding),
     ``"rebind"`` (a user allow turned into ask: its recorded binding differs or is
     missing) or ``"none"`` (no user allow of this tool decided)."""
+    discharged_by: str | None = None
+    """What let the call run without asking a person now: ``policy`` (nothing asked),
+    ``session_grant``, ``approval:<action digest>`` or ``scope:<id>``; ``None`` while
+    an approval-required plan waits for one (every outcome record carries it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,7 @@ timeout_ms = 5_000
 name = "$name.greet"
 description = "Greet someone by name"
 effect = "read"               # read | write | execute | external (write and up ask a person)
-risk = "low"                  # low | medium | high
+risk = "low"                  # low | medium | high | critical
 timeout_s = 5
 
 ''' + _SCHEMA_NOTE + '''\

@@ -39,15 +39,16 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
 from host._files import UnsafePermissions, check_trusted
 from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
+from host.approverkey import ApproverKey
 from host.audit import AuditLog
 from host.call.open import Package, load_generation, local_store, verify_lock
 from host.call.prepare import prepare
@@ -86,6 +87,7 @@ from host.errors import (
 )
 from host.formats.schema import canonicalize
 from host.formats.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
+from host.formats.scope import SignedScope
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.source import McpSource
 from host.policy.bindings import BoundGrants
@@ -94,6 +96,9 @@ from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
 from host.redact import Redactor
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.runtime.models import SandboxUsage
+from host.scopes import Redeemed, ScopeUse, identity_of
+from host.scopes import issue as issue_scope
+from host.scopes import refusal as scope_refusal
 from host.secrets import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
@@ -145,7 +150,7 @@ class Host:
         # (tool, version) → binding digest of this generation (host.policy.bindings): a
         # user allow and a session grant hold only while the binding they recorded does.
         self._bindings: dict[tuple[str, str], str] = dict(bindings or {})
-        self.grants = BoundGrants(store.grants, self._bindings_of)
+        self.grants = BoundGrants(store.grants, self._bindings_of, audit=store.audit)
         self._packages = dict(packages)
         self._runtime = runtime
         self._secrets = secrets
@@ -380,6 +385,7 @@ class Host:
         *,
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
+        scope: str | None = None,
     ) -> CallResult:
         """Prepare and, if allowed, execute one call. Never raises for untrusted input.
 
@@ -392,12 +398,17 @@ class Host:
                 interrupted within about 10 ms (its store is stopped) and the result is
                 CANCELLED, recorded as such in the audit log.
             progress: receives the call's stages (:data:`ProgressHook`).
+            scope: an unattended call: the id of the scope (:mod:`host.scopes`) a person
+                granted its job. A call that would ask a person is run only if the scope
+                covers it (counted once, fleet-wide), else refused at once with
+                APPROVAL_REQUIRED and ``reason`` not_in_scope | scope_expired |
+                scope_exhausted | scope_revoked. Nothing is queued.
         """
         try:
             plan = self.prepare(request)
         except StockadeError as exc:
             return self._refused(request, exc)
-        return self._admit_and_run(plan, plan.request.approval, cancel, progress)
+        return self._admit_and_run(plan, plan.request.approval, cancel, progress, scope)
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
@@ -411,13 +422,14 @@ class Host:
         *,
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
+        scope: str | None = None,
     ) -> CallResult:
         """Run a prepared plan (docs/design.md §6 steps 7–11), re-authorizing first.
 
         Policy is decided again, so a revoke between prepare and execute denies; the
         fresh plan must have the same action digest; an approval-required plan needs an
-        approval bound to that digest, principal and session. ``cancel`` and
-        ``progress`` are as for :meth:`call`.
+        approval bound to that digest, principal and session (or a ``scope`` covering
+        it). ``cancel``, ``progress`` and ``scope`` are as for :meth:`call`.
         """
         try:
             current = self.prepare(plan.request)
@@ -427,7 +439,7 @@ class Host:
                 raise ApprovalRequired("the action changed since it was prepared; prepare it again")
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
-        return self._admit_and_run(current, approval, cancel, progress)
+        return self._admit_and_run(current, approval, cancel, progress, scope)
 
     def _admit_and_run(
         self,
@@ -435,24 +447,101 @@ class Host:
         approval: Approval | None,
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
+        scope: str | None = None,
     ) -> CallResult:
         report = progress or _no_progress
         report("authorized", {"tool": plan.tool, "version": plan.version, "status": plan.status})
         try:
             if plan.status == "approval_required":
-                if approval is None:
+                if approval is not None:
+                    self._approvals.redeem(plan, approval)
+                    plan = replace(plan, discharged_by=f"approval:{plan.action_digest}")
+                    report("approved", {"action_digest": plan.action_digest})
+                elif scope is not None:
+                    left = self._redeem_scope(plan, scope)
+                    plan = replace(plan, discharged_by=f"scope:{left.scope_id}")
+                    report("approved", {"action_digest": plan.action_digest, "scope": left.scope_id,
+                                        "remaining": left.remaining})
+                else:
                     raise ApprovalRequired(
                         f"{plan.tool} needs a person's approval",
                         action_digest=plan.action_digest,
                         preview=plan.preview.to_dict(),
                     )
-                self._approvals.redeem(plan, approval)
-                report("approved", {"action_digest": plan.action_digest})
+            elif plan.discharged_by == "session_grant":
+                self._consume_grant(plan)
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
         result = self._run(plan, cancel, report)
         report("done", {"ok": result.ok, "code": result.error.code if result.error else None})
         return result
+
+    def _consume_grant(self, plan: InvocationPlan) -> None:
+        """Count the use of the session grant that discharged ``plan``'s ask.
+
+        Raises:
+            ApprovalRequired: the grant ended or ran out since the plan was prepared.
+        """
+        binding = plan.tool_policy.get("binding")
+        principal = plan.request.principal
+        left = -1 if not isinstance(binding, str) else self.grants.consume_bound(
+            principal.key, plan.request.session, plan.tool, binding
+        )
+        if left == -1:
+            raise ApprovalRequired(
+                f"{plan.tool} needs a person's approval: the session grant ended or has no calls left",
+                action_digest=plan.action_digest, preview=plan.preview.to_dict(), reason="grant_exhausted",
+            )
+
+    def _redeem_scope(self, plan: InvocationPlan, scope_id: str) -> Redeemed:
+        """Redeem ``scope_id`` for ``plan`` (the hard floor never: not_in_scope).
+
+        Raises:
+            ApprovalRequired: not covered (``reason``); ApproverKeyMissing; StoreUnavailable;
+                AuditUnavailable.
+        """
+        if not isinstance(scope_id, str) or not scope_id:
+            raise TypeError("scope must be a non-empty string")
+        if plan.tool_policy.get("floor"):
+            raise scope_refusal("not_in_scope", scope_id, plan.tool, floor=True)
+        tool = self.registry.get(plan.tool, plan.version)
+        principal = plan.request.principal
+        binding = plan.tool_policy.get("binding")
+        return self.store.scopes.redeem(ScopeUse(
+            scope_id=scope_id, project=principal.project, subject=principal.subject,
+            session=plan.request.session, tool=plan.tool, version=plan.version,
+            identity=identity_of(tool, binding if isinstance(binding, str) else None),
+            input_sha256=plan.input_sha256, action_digest=plan.action_digest,
+        ))
+
+    def issue_scope(
+        self,
+        *,
+        key: ApproverKey | None,
+        project: str,
+        subject: str,
+        tools: Sequence[tuple[str, str, int, Sequence[str] | None]],
+        job: str,
+        issued_by: str,
+        for_s: float | None = None,
+        not_after: float | None = None,
+        session: str | None = None,
+        max_calls_total: int | None = None,
+    ) -> SignedScope:
+        """Issue a scope for this generation's exact tools (:func:`host.scopes.issue`):
+        what a person grants an unattended job from the host app. Never reachable from a
+        tool call or an MCP request.
+
+        Raises:
+            ScopeInvalid, ApproverKeyMissing, StoreUnavailable, AuditUnavailable.
+        """
+        self._check_open()
+        return issue_scope(
+            registry=self.registry, bindings=self._bindings, generation=self.generation, key=key,
+            store=self.store.scopes, project=project, subject=subject, tools=tools, job=job,
+            issued_by=issued_by, for_s=for_s, not_after=not_after, session=session,
+            max_calls_total=max_calls_total, ceiling_s=self.config.ceilings.max_scope_s,
+        )
 
     def record_approval(self, plan: InvocationPlan, event: str, *, channel: str) -> str:
         """Append an approval event to the audit log (for front ends such as the MCP server).

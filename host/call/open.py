@@ -17,6 +17,7 @@ reload can reuse them in the same order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ __all__ = [
     "load_generation",
     "local_store",
     "open_audit",
+    "trusted_approver_keys",
     "verify_lock",
 ]
 
@@ -192,8 +194,9 @@ def local_store(config: HostConfig, audit: AuditLog | str | Path | None) -> Loca
     """The default store: ``config.state_dir`` with ``audit`` (opened here if a path)."""
     if audit is None:
         raise TypeError("Host.open needs audit= (a path or an AuditLog) or store=")
+    trusted = functools.partial(trusted_approver_keys, config)
     if isinstance(audit, AuditLog):
-        return LocalStore(config.state_dir, audit=audit)
+        return LocalStore(config.state_dir, audit=audit, trusted_approver_keys=trusted)
     try:
         log = open_audit(Path(audit), config)
     except AuditUnavailable:
@@ -201,7 +204,22 @@ def local_store(config: HostConfig, audit: AuditLog | str | Path | None) -> Loca
         # (`stockade serve`); say that, with the way to share it, as a second store would.
         check_state_dir_free(config.state_dir)
         raise
-    return LocalStore(config.state_dir, audit=log, owns_audit=True)
+    return LocalStore(config.state_dir, audit=log, owns_audit=True, trusted_approver_keys=trusted)
+
+
+def trusted_approver_keys(config: HostConfig) -> TrustedKeys | None:
+    """The approver public keys a host verifies scopes against: ``trusted_approver_keys``
+    and the public half of ``approver_key`` (read when first needed).
+
+    Raises:
+        ConfigInvalid, LockInvalid: a configured key file is unsafe or invalid.
+    """
+    from host.approverkey import ApproverKey, trusted_with  # noqa: PLC0415 - read on first use
+
+    listed = config.trusted_approver_keys_file
+    keys = None if listed is None else TrustedKeys.load(listed)
+    own = None if config.approver_key_file is None else ApproverKey.load(config.approver_key_file)
+    return trusted_with(keys, own)
 
 
 def open_audit(path: Path, config: HostConfig) -> AuditLog:

@@ -11,7 +11,9 @@ process, network or timer authority — or raises the refusal:
    deny stops; every non-deny decision must carry the same fence;
 4. the layered tool policy (managed cap, user selectors, class defaults) and session
    grants are combined with the engine's answer: the strictest wins, and a grant only
-   discharges *ask*; a user allow and a grant hold only while the tool's binding digest
+   discharges *ask*, never the hard floor (a ``critical`` tool or a managed-cap
+   ``ask_always`` selector: ``tool_policy["floor"]``, which no scope discharges
+   either); a user allow and a grant hold only while the tool's binding digest
    (:mod:`host.policy.bindings`) is the one they recorded, else the call asks (a rebind);
 5. the input is validated and canonicalized; the input digest and the action digest are
    computed;
@@ -314,9 +316,13 @@ def prepare(
         raise PolicyUnavailable(f"tool policy failed: {type(exc).__name__}") from exc
     mode = resolution.mode
     # A grant is looked up only when, without one, a person would be asked: it can change
-    # nothing else, and with a shared store each lookup is a database round trip.
+    # nothing else, and with a shared store each lookup is a database round trip. The hard
+    # floor (a critical tool, a managed-cap ask_always selector) is never discharged by a
+    # grant or a scope: only a person's approval of the exact action.
     verdict = final_decision(engine_verdict, mode, False)
-    if verdict == "approval" and _granted(grants, req, tool.name, binding):
+    floor = verdict == "approval" and (_enum_value(tool.risk) == "critical" or resolution.ask_always)
+    granted = verdict == "approval" and not floor and _granted(grants, req, tool.name, binding)
+    if granted:
         verdict = final_decision(engine_verdict, mode, True)
     if verdict == "deny":
         words = shlex.join([req.principal.project, req.principal.subject, f"{tool.name}@{tool.version}"])
@@ -343,7 +349,10 @@ def prepare(
         action_digest=digest,
         fence=fence,
         preview=preview,
-        tool_policy={"mode": mode.value, "binding": binding, "allow": allow},
+        tool_policy={
+            "mode": mode.value, "binding": binding, "allow": allow, **({"floor": True} if floor else {}),
+        },
+        discharged_by="session_grant" if granted else "policy" if verdict == "allow" else None,
     )
 
 

@@ -90,6 +90,7 @@ def call_record(plan: InvocationPlan, tool: ToolDefinition, redactor: Redactor) 
         "input": recorded,
         "fence": [plan.fence.policy_version, plan.fence.role_binding_version],
         **({"tool_policy": dict(plan.tool_policy)} if plan.tool_policy else {}),
+        **({"discharged_by": plan.discharged_by} if plan.discharged_by else {}),
     }
     if plan.effect is not None:  # a host tool's prepared change: digests and sizes, no contents
         record["change"] = dict(plan.effect)

@@ -344,6 +344,7 @@ class Risk(str, Enum):
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
+    CRITICAL = "critical"  # the hard floor: a person approves every call (no grant, no scope)
 
 
 class PackageInfo(_Model):

@@ -18,6 +18,8 @@ module adds transport-independent MCP behaviour and nothing that decides policy:
   ``requestState`` is host-MAC'd and single use (:mod:`host.mcp.state`); clients without
   elicitation get APPROVAL_REQUIRED and the action is queued in the state dir
   (:mod:`host.approvals`) for ``stockade approvals approve``; every step is audited;
+  with a scope (``ServeOptions.scope``, ``stockade serve --scope``) nobody is asked:
+  a call the scope covers runs, any other that would ask is refused at once;
 - **cancellation**: a cancelled request sets the call's cancel event, the guest's store
   is interrupted within one epoch tick, and the handler waits for the worker thread to
   finish before the cancellation propagates (no wasm left running in a thread);
@@ -128,6 +130,10 @@ class ServeOptions:
             hold open; one more is a JSON-RPC error naming the bound.
         max_streams: ``subscriptions/listen`` streams open at once, all principals.
         approval_ttl_s: lifetime of an ``input_required`` state and of a queued approval.
+        scope: an unattended job's scope id (:mod:`host.scopes`): a call that would ask a
+            person runs only if the scope covers it, else it is refused at once
+            (APPROVAL_REQUIRED with ``reason``); no client is ever elicited and nothing
+            is queued. The scope must exist when the server starts (SCOPE_INVALID).
     """
 
     state_dir: Path
@@ -139,6 +145,7 @@ class ServeOptions:
     max_streams_per_principal: int = 4
     max_streams: int = 256
     approval_ttl_s: float = 300.0
+    scope: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -187,6 +194,12 @@ class StockadeMCP:
         )
         if self._slot.host.store.kind == "postgres":  # a shared store: the fleet's one queue
             self._queue = self._slot.host.store.pending
+        if options.scope is not None:  # fail loudly at start, not at the first call
+            try:
+                self._slot.host.store.scopes.get(options.scope)
+            except BaseException:
+                self._slot.host.close()
+                raise
         self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()  # handshake-era connections
         self._bus = InMemorySubscriptionBus()  # 2026-07-28 subscriptions/listen streams
         self._listener = ListenHandler(self._bus, max_subscriptions=options.max_streams)
@@ -459,6 +472,9 @@ class StockadeMCP:
         params: types.CallToolRequestParams,
         hook: ProgressHook | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
+        if self.options.scope is not None:  # an unattended job: the scope decides, nobody is asked
+            return _call_result(await self._in_thread(
+                functools.partial(host.call, request, scope=self.options.scope), hook))
         if params.request_state is None:
             result = await self._in_thread(functools.partial(host.call, request), hook)
             if result.error is None or result.error.code != "APPROVAL_REQUIRED":
@@ -747,6 +763,8 @@ def _call_result(result: CallResult) -> types.CallToolResult:
     if result.error is not None:
         error = result.error
         meta[META_KEY]["code"] = error.code
+        if isinstance(error.details.get("reason"), str):  # e.g. why a scope did not cover the call
+            meta[META_KEY]["reason"] = error.details["reason"]
         text = f"{error.code}: {error.message}" + (f"\nwhat to do: {error.hint}" if error.hint else "")
         return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True, _meta=meta)
     body = json.dumps(result.output, ensure_ascii=False, separators=(",", ":"))

@@ -46,6 +46,7 @@ from typing import Any
 
 from host.canonical import canonical_json, digest_json
 from host.errors import ToolNotFound
+from host.policy.grants import DEFAULT_GRANT_TTL_S
 from host.trust.registry import ToolDefinition
 
 __all__ = [
@@ -156,30 +157,54 @@ class BoundGrants:
     current one. A reload that changes a tool's binding therefore ends its grants in every
     process sharing the store; a reload that keeps the binding keeps them.
 
+    With an ``audit`` sink, a grant records ``session_grant.granted`` (its end and count)
+    and a revocation ``session_grant.revoked``.
+
     Args:
         inner: the store's grants (local or shared).
         bindings_of: the current binding digests of a tool name (empty: unknown tool).
+        audit: where grant and revocation records go (``None``: nowhere).
     """
 
-    def __init__(self, inner: Any, bindings_of: Callable[[str], tuple[str, ...]]) -> None:
+    def __init__(
+        self, inner: Any, bindings_of: Callable[[str], tuple[str, ...]], *, audit: Any = None
+    ) -> None:
         self.inner = inner
         self._bindings_of = bindings_of
+        self._audit = audit
 
-    def grant(self, principal_key: tuple[str, str], session: str, tool: str) -> None:
-        """Record "always" for ``tool`` as it is bound now.
+    def grant(
+        self,
+        principal_key: tuple[str, str],
+        session: str,
+        tool: str,
+        *,
+        ttl_s: float | None = None,
+        max_calls: int | None = None,
+    ) -> None:
+        """Record "always" for ``tool`` as it is bound now, for ``ttl_s`` seconds (default
+        :data:`host.policy.grants.DEFAULT_GRANT_TTL_S`) and at most ``max_calls`` calls.
 
         Raises:
             TypeError: an empty or non-string part.
+            ValueError: an unbounded ``ttl_s`` or a bad ``max_calls``.
             ToolNotFound: no tool of that name in the running generation.
             StoreUnavailable: the grant could not be recorded.
+            AuditUnavailable: the grant was recorded, its audit record was not.
         """
         if not isinstance(tool, str) or not tool:
             raise TypeError("tool must be a non-empty string")
         digests = self._bindings_of(tool)
         if not digests:
             raise ToolNotFound(f"no tool {tool[:80]!r} to grant in this generation", tool=tool[:80])
+        ttl = DEFAULT_GRANT_TTL_S if ttl_s is None else ttl_s
         for digest in digests:
-            self.inner.grant(principal_key, session, grant_key(tool, digest))
+            self.inner.grant(principal_key, session, grant_key(tool, digest), ttl_s=ttl, max_calls=max_calls)
+        if self._audit is not None:
+            self._audit.append("session_grant.granted", {
+                "project": principal_key[0], "subject": principal_key[1], "session": session, "tool": tool,
+                "ttl_s": ttl, "max_calls": max_calls, "bindings": list(digests),
+            })
 
     def discharges(self, principal_key: tuple[str, str], session: str, tool: str) -> bool:
         """Whether a grant exists for this principal, session and tool *as bound now*."""
@@ -194,8 +219,45 @@ class BoundGrants:
         """Whether a grant exists for exactly this tool and binding digest."""
         return bool(self.inner.discharges(principal_key, session, grant_key(tool, binding)))
 
+    def consume_bound(
+        self, principal_key: tuple[str, str], session: str, tool: str, binding: str
+    ) -> int | None:
+        """Count one use of the grant of exactly this tool and binding (``-1``: none left)."""
+        left = self.inner.consume(principal_key, session, grant_key(tool, binding))
+        return None if left is None else int(left)
+
+    def consume(self, principal_key: tuple[str, str], session: str, tool: str) -> int | None:
+        """Count one use of the grant of ``tool`` as bound now (``-1``: none left)."""
+        for digest in self._bindings_of(tool):
+            left = self.consume_bound(principal_key, session, tool, digest)
+            if left != -1:
+                return left
+        return -1
+
+    def revoke(self, principal_key: tuple[str, str], session: str, tool: str) -> bool:
+        """End the grants of ``tool`` (every binding) in this session; whether there was one.
+
+        Raises:
+            AuditUnavailable: revoked, but its record was not written.
+        """
+        gone = any([
+            self.inner.revoke(principal_key, session, grant_key(tool, digest))
+            for digest in self._bindings_of(tool)
+        ])
+        if gone and self._audit is not None:
+            self._audit.append("session_grant.revoked", {
+                "project": principal_key[0], "subject": principal_key[1], "session": session, "tool": tool,
+            })
+        return gone
+
     def clear_grants(
         self, session: str | None = None, *, principal_key: tuple[str, str] | None = None
     ) -> int:
-        """Forget grants (as the inner store)."""
-        return int(self.inner.clear_grants(session, principal_key=principal_key))
+        """Forget grants (as the inner store); recorded as ``session_grant.revoked``."""
+        cleared = int(self.inner.clear_grants(session, principal_key=principal_key))
+        if cleared and self._audit is not None:
+            self._audit.append("session_grant.revoked", {
+                **({"project": principal_key[0], "subject": principal_key[1]} if principal_key else {}),
+                "session": session, "cleared": cleared,
+            })
+        return cleared

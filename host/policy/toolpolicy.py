@@ -23,7 +23,12 @@ name that matches only a tool or service literally called ``*``.
 
     {"format": "stockade.toolcap/1",
      "rules": [{"selector": {"service": "shell"}, "max": "disabled"},
-               {"selector": {"class": "external"}, "max": "ask"}]}
+               {"selector": {"class": "external"}, "max": "ask"},
+               {"selector": {"tool": "payments.refund"}, "max": "ask", "ask_always": true}]}
+
+``ask_always`` marks the hard floor: the tool's mode is at most ``ask``, and no session
+grant or scope ever discharges that ask (:attr:`Resolution.ask_always`); only a person's
+approval of the exact action does.
 
 No directory, or a directory without ``cap.json``, means no ceiling. A directory that is
 present but cannot be read (not a directory, ``cap.json`` unreadable, not valid JSON,
@@ -276,6 +281,8 @@ class Resolution:
         current: the tool's current binding digest, as passed in.
         rebind: the matching allow was turned into ask because ``recorded`` differs from
             ``current`` or either is missing.
+        ask_always: a managed-cap rule matching the tool marks it ``ask_always``: no
+            session grant or scope ever discharges its ask (the hard floor).
     """
 
     mode: ToolMode
@@ -285,6 +292,7 @@ class Resolution:
     recorded: str | None
     current: str | None
     rebind: bool
+    ask_always: bool = False
 
     @property
     def bound_allow(self) -> bool:
@@ -380,6 +388,7 @@ class _CapRule(BaseModel):
 
     selector: _ClassSel | _ServiceSel | _ToolSel
     max: ToolMode
+    ask_always: bool = False
 
 
 class _Partition(BaseModel):
@@ -477,12 +486,23 @@ def _parse_user(data: bytes, account: str, workspace: str) -> _UserRules:
     return _UserRules(MappingProxyType(rules), MappingProxyType(bound), legacy)
 
 
+class _CapTable(dict[Selector, ToolMode]):
+    """The cap's ceilings, and the selectors it marks ``ask_always`` (the hard floor)."""
+
+    ask_always: frozenset[Selector] = frozenset()
+
+
 def _parse_cap(data: bytes) -> dict[Selector, ToolMode]:
     try:
         doc = _CapDocument.model_validate_json(data)
     except ValidationError as exc:
         raise _Corrupt(f"invalid ({exc.error_count()} problems)") from None
-    return _collect([(_from_json(r.selector), r.max) for r in doc.rules])
+    # ask_always caps the mode at ask (a rule may not say allow and always ask).
+    table = _CapTable(_collect([
+        (_from_json(r.selector), strictest(r.max, ToolMode.ASK) if r.ask_always else r.max) for r in doc.rules
+    ]))
+    table.ask_always = frozenset(_from_json(r.selector) for r in doc.rules if r.ask_always)
+    return table
 
 
 @functools.lru_cache(maxsize=64)
@@ -583,6 +603,7 @@ class ToolPolicyStore:
         cap = self._cap_mode(candidates)
         if cap is ToolMode.DISABLED:  # the ceiling decides: the user file is not read
             return Resolution(ToolMode.DISABLED, cap, cap, None, None, binding, False)
+        ask_always = self._ask_always(candidates)
         parsed = self._rules(account, workspace, lock_held=False)
         rules = parsed.rules
         selector = next((s for s in candidates if s in rules), None)
@@ -594,7 +615,12 @@ class ToolPolicyStore:
             if recorded is None or binding is None or recorded != binding:
                 user, rebind = ToolMode.ASK, True
         mode = strictest(cap, user)
-        return Resolution(mode, cap, user, selector, recorded, binding, rebind)
+        return Resolution(mode, cap, user, selector, recorded, binding, rebind, ask_always)
+
+    def _ask_always(self, candidates: tuple[Selector, ...]) -> bool:
+        rules = self._cap_rules()
+        marked: frozenset[Selector] = getattr(rules, "ask_always", frozenset())
+        return any(s in marked for s in candidates)
 
     def cap_mode(self, *, tool: str, service: str, effect: Effect) -> ToolMode:
         """The managed cap's ceiling for one tool alone (``allow`` when no cap rule matches;

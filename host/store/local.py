@@ -9,7 +9,9 @@ behind it, so its behaviour and speed do not change:
 - rate limits: :class:`host.ratelimit.RateLimiter` (process memory);
 - session grants: :class:`host.policy.grants.SessionGrants` (process memory);
 - lock generations: :class:`host.trust.lock.LockState` (``lock-state.json``, ``flock``-ed);
-- pending approvals: :class:`host.approvals.ApprovalQueue` (``approvals.json``, ``flock``-ed).
+- pending approvals: :class:`host.approvals.ApprovalQueue` (``approvals.json``, ``flock``-ed);
+- scopes: :class:`host.scopes.LocalScopes` (``scopes.json``, ``flock``-ed: CLI commands
+  grant and revoke there while a host redeems).
 
 Sharing: the approvals, rate limits and grants of a local store live in one process, so
 two host processes on one state dir would each count and grant on their own. A local
@@ -41,6 +43,7 @@ from host.audit import AuditLog
 from host.errors import StoreUnavailable
 from host.policy.grants import SessionGrants
 from host.ratelimit import RateLimiter
+from host.scopes import LocalScopes, TrustedSource
 from host.store.port import StoreLifecycle
 from host.trust.lock import LoadedLock, LockState
 
@@ -86,6 +89,9 @@ class LocalStore(StoreLifecycle):
         audit: the audit log this store appends to; closed by :meth:`close` only when
             ``owns_audit``.
         owns_audit: close ``audit`` with the store (also when this constructor raises).
+        trusted_approver_keys: the approver public keys scopes are verified against (or
+            a loader of them, called at the first redemption); ``None``: a scope is never
+            redeemed (APPROVER_KEY_MISSING).
 
     Raises:
         StoreUnavailable: another local store holds this state dir, or its lock file
@@ -94,7 +100,10 @@ class LocalStore(StoreLifecycle):
 
     kind: Final = "local"
 
-    def __init__(self, state_dir: Path, *, audit: AuditLog, owns_audit: bool = False) -> None:
+    def __init__(
+        self, state_dir: Path, *, audit: AuditLog, owns_audit: bool = False,
+        trusted_approver_keys: TrustedSource = None,
+    ) -> None:
         self.state_dir = Path(state_dir)
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -109,6 +118,7 @@ class LocalStore(StoreLifecycle):
         self.grants = SessionGrants()
         self.locks = LocalLockGenerations(self.state_dir)
         self.pending = ApprovalQueue(self.state_dir)
+        self.scopes = LocalScopes(self.state_dir, audit=audit, trusted=trusted_approver_keys)
         self._owns_audit = owns_audit
 
     def close(self) -> None:

@@ -23,7 +23,8 @@ and when it was written, on the database's clock). Version 4: ``approval_nonces`
 nonce of every redeemed approval, primary key, kept a day past its expiry): approvals are
 signed by an approver key (:mod:`host.approverkey`), and a row re-armed in ``approvals``
 is refused because its nonce is already here; ``approvals.mac`` now holds the approver's
-Ed25519 signature.
+Ed25519 signature. Version 5: ``scopes`` and ``scope_uses`` (:mod:`host.store.pgscopes`); ``session_grants``
+gains ``expires_at`` (grants given before get 8 hours), ``max_calls`` and ``used``.
 """
 
 from __future__ import annotations
@@ -119,6 +120,33 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX approval_nonces_expires_at ON approval_nonces (expires_at);
     DELETE FROM approvals;
+    """,
+    # 5: scopes a person grants ahead of time (host.store.pgscopes): the signed document
+    # and its counters; the bounds enforced are the signed document's.
+    """
+    CREATE TABLE scopes (
+        id text PRIMARY KEY,
+        project text NOT NULL,
+        subject text NOT NULL,
+        doc text NOT NULL,
+        issued_at timestamptz NOT NULL DEFAULT now(),
+        not_after timestamptz NOT NULL,
+        used_total integer NOT NULL DEFAULT 0 CHECK (used_total >= 0),
+        revoked_at timestamptz,
+        revoked_by text,
+        expired_recorded boolean NOT NULL DEFAULT false
+    );
+    CREATE INDEX scopes_principal ON scopes (project, subject);
+    CREATE TABLE scope_uses (
+        scope_id text NOT NULL REFERENCES scopes (id) ON DELETE CASCADE,
+        tool text NOT NULL,
+        used integer NOT NULL CHECK (used >= 0),
+        PRIMARY KEY (scope_id, tool)
+    );
+    ALTER TABLE session_grants
+        ADD COLUMN expires_at timestamptz NOT NULL DEFAULT now() + interval '8 hours',
+        ADD COLUMN max_calls integer CHECK (max_calls IS NULL OR max_calls >= 1),
+        ADD COLUMN used integer NOT NULL DEFAULT 0 CHECK (used >= 0);
     """,
 )
 

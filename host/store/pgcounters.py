@@ -6,7 +6,8 @@
   advisory lock, on the database's clock. Commits do not wait for the WAL flush
   (``synchronous_commit = off``): a server crash may forget the last milliseconds of
   counts, never an audit record.
-- :class:`PgGrants`: rows of ``session_grants``; a clear is one ``DELETE`` every process sees.
+- :class:`PgGrants`: rows of ``session_grants`` with an end and an optional count, judged
+  on the database's clock; a use is one conditional ``UPDATE``, a clear one ``DELETE``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from host.errors import RateLimited
-from host.policy.grants import _check_key
+from host.policy.grants import DEFAULT_GRANT_TTL_S, _check_key, check_grant_bounds
 from host.ratelimit import _BUCKETS, _HOUR, _MINUTE, _check_limit, _retry_after, _Window
 from host.store._pg import Conn, Database, committing
 
@@ -114,32 +115,47 @@ class PgRateLimits:
 
 
 class PgGrants:
-    """Session grants as rows of ``session_grants``; they discharge *ask* only."""
+    """Session grants as rows of ``session_grants``; they discharge *ask* only. Ends and
+    counts are judged on the database's clock; a use is one conditional ``UPDATE``."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def grant(self, principal_key: tuple[str, str], session: str, tool: str) -> None:
-        """Record "always" for ``tool`` in ``session`` of ``principal_key`` (idempotent).
+    def grant(
+        self,
+        principal_key: tuple[str, str],
+        session: str,
+        tool: str,
+        *,
+        ttl_s: float = DEFAULT_GRANT_TTL_S,
+        max_calls: int | None = None,
+    ) -> None:
+        """Record "always" for ``tool`` in ``session`` of ``principal_key`` for ``ttl_s``
+        seconds and at most ``max_calls`` calls (a new grant replaces the old one).
 
         Raises:
             StoreUnavailable: the grant could not be recorded.
             TypeError: an empty or non-string part.
+            ValueError: an unbounded ``ttl_s`` or a bad ``max_calls``.
         """
         _check_key(principal_key, session, tool)
+        check_grant_bounds(ttl_s, max_calls)
 
         def op(conn: Conn) -> None:
             with committing(conn):
                 conn.execute(
-                    "INSERT INTO session_grants (project, subject, session, tool) VALUES (%s, %s, %s, %s) "
-                    "ON CONFLICT DO NOTHING",
-                    (*principal_key, session, tool),
+                    "INSERT INTO session_grants (project, subject, session, tool, expires_at, max_calls) "
+                    "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
+                    "ON CONFLICT (project, subject, session, tool) DO UPDATE SET granted_at = now(), "
+                    "expires_at = EXCLUDED.expires_at, max_calls = EXCLUDED.max_calls, used = 0",
+                    (*principal_key, session, tool, float(ttl_s), max_calls),
                 )
 
         self._db.run(op, what="record a session grant", idempotent=True)
 
     def discharges(self, principal_key: tuple[str, str], session: str, tool: str) -> bool:
-        """Whether a grant exists for exactly this principal, session and tool.
+        """Whether a live grant (unexpired, calls left) exists for exactly this principal,
+        session and tool.
 
         Raises:
             StoreUnavailable: the grants could not be read.
@@ -150,12 +166,55 @@ class PgGrants:
         def op(conn: Conn) -> bool:
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM session_grants WHERE project = %s AND subject = %s "
-                "AND session = %s AND tool = %s)",
+                "AND session = %s AND tool = %s AND now() < expires_at "
+                "AND (max_calls IS NULL OR used < max_calls))",
                 (*principal_key, session, tool),
             ).fetchone()
             return bool(row and row[0] is True)
 
         return self._db.run(op, what="read session grants", idempotent=True)
+
+    def consume(self, principal_key: tuple[str, str], session: str, tool: str) -> int | None:
+        """Count one use, fleet-wide (see :meth:`host.policy.grants.SessionGrants.consume`).
+
+        Raises:
+            StoreUnavailable: the grant could not be counted.
+            TypeError: an empty or non-string part.
+        """
+        _check_key(principal_key, session, tool)
+
+        def op(conn: Conn) -> int | None:
+            with committing(conn):
+                row = conn.execute(
+                    "UPDATE session_grants SET used = used + 1 WHERE project = %s AND subject = %s "
+                    "AND session = %s AND tool = %s AND now() < expires_at "
+                    "AND (max_calls IS NULL OR used < max_calls) RETURNING max_calls - used",
+                    (*principal_key, session, tool),
+                ).fetchone()
+            if row is None:
+                return -1
+            return None if row[0] is None else int(row[0])
+
+        return self._db.run(op, what="count a session grant", idempotent=False)
+
+    def revoke(self, principal_key: tuple[str, str], session: str, tool: str) -> bool:
+        """End one grant for every process; whether there was one.
+
+        Raises:
+            StoreUnavailable: the grant could not be removed.
+            TypeError: an empty or non-string part.
+        """
+        _check_key(principal_key, session, tool)
+
+        def op(conn: Conn) -> bool:
+            with committing(conn):
+                return conn.execute(
+                    "DELETE FROM session_grants WHERE project = %s AND subject = %s AND session = %s "
+                    "AND tool = %s RETURNING tool",
+                    (*principal_key, session, tool),
+                ).fetchone() is not None
+
+        return self._db.run(op, what="revoke a session grant", idempotent=True)
 
     def clear_grants(
         self, session: str | None = None, *, principal_key: tuple[str, str] | None = None

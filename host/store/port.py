@@ -12,7 +12,9 @@ behind it:
 - :class:`LockGenerationPort` — accept a lock generation: monotonic, forks and
   downgrades refused exactly as :class:`host.trust.lock.LockState` refuses them (§4, §12);
 - :class:`~host.store.pending.PendingApprovalPort` — the queue of actions waiting for a
-  person (the contract of :class:`host.approvals.ApprovalQueue`).
+  person (the contract of :class:`host.approvals.ApprovalQueue`);
+- :class:`~host.scopes.ScopePort` — scopes granted ahead of time: each use counted once,
+  fleet-wide, never past a signed bound, with its audit record.
 
 Contract every backend keeps (``tests/store/test_contract.py`` runs both):
 
@@ -21,7 +23,8 @@ Contract every backend keeps (``tests/store/test_contract.py`` runs both):
 - an approval is redeemed once, whatever the number of processes racing for it; every
   failure is the one opaque APPROVAL_INVALID (CONTRIBUTING.md principle 12);
 - a rate-limit refusal counts nothing; a window never admits more than its limit;
-- a grant only ever answers for the exact (project, subject), session and tool;
+- a grant only ever answers for the exact (project, subject), session and tool, until
+  its end and while it has calls left;
 - a lower lock generation than the highest one accepted is LOCK_ROLLBACK;
 - a backend that cannot reach its state fails closed: AUDIT_UNAVAILABLE from the audit
   sink, STORE_UNAVAILABLE from the others; nothing is retried unless it is idempotent.
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from host.scopes import ScopePort
     from host.store.pending import PendingApprovalPort
     from host.trust.lock import LoadedLock
     from host.types import Approval, InvocationPlan
@@ -116,12 +120,34 @@ class RateLimitPort(Protocol):
 class GrantPort(Protocol):
     """"Always for this session" grants (the contract of :class:`host.policy.grants.SessionGrants`)."""
 
-    def grant(self, principal_key: tuple[str, str], session: str, tool: str) -> None:
-        """Record a grant for exactly this principal, session and tool.
+    def grant(
+        self, principal_key: tuple[str, str], session: str, tool: str, *, ttl_s: float = ...,
+        max_calls: int | None = None,
+    ) -> None:
+        """Record a grant for exactly this principal, session and tool, ending ``ttl_s``
+        seconds from now (default 8 h), for at most ``max_calls`` calls (``None``: no count).
 
         Raises:
             StoreUnavailable: the grant could not be recorded.
             TypeError: an empty or non-string part.
+            ValueError: an unbounded ``ttl_s`` or a bad ``max_calls``.
+        """
+        ...
+
+    def consume(self, principal_key: tuple[str, str], session: str, tool: str) -> int | None:
+        """Count one use of a live grant at once for every process; the calls left
+        (``None``: no count; ``-1``: no live grant, nothing counted).
+
+        Raises:
+            StoreUnavailable: the use could not be counted.
+        """
+        ...
+
+    def revoke(self, principal_key: tuple[str, str], session: str, tool: str) -> bool:
+        """End one grant for every process; whether there was one.
+
+        Raises:
+            StoreUnavailable: the grant could not be removed.
         """
         ...
 
@@ -206,6 +232,11 @@ class StateStore(Protocol):
     @property
     def pending(self) -> PendingApprovalPort:
         """The queue of actions waiting for a person (``stockade approvals``, MCP)."""
+        ...
+
+    @property
+    def scopes(self) -> ScopePort:
+        """Scopes a person granted ahead of time to unattended jobs (``stockade scopes``)."""
         ...
 
     def close(self) -> None:

@@ -39,6 +39,9 @@ How each promise holds across processes and machines:
   :mod:`host.store.watch`; :meth:`PgLockGenerations.wait_newer` blocks for one).
 - **Pending approvals** (:class:`~host.store.pending.PgPendingApprovals`): the queue of
   :class:`host.approvals.ApprovalQueue` as rows, decided and redeemed once fleet-wide.
+- **Scopes** (:class:`~host.store.pgscopes.PgScopes`): signed scopes as rows, each
+  redemption one conditional ``UPDATE … RETURNING`` on the database's clock with its
+  audit record in the same transaction.
 
 Failures: the audit sink raises AUDIT_UNAVAILABLE, every other port STORE_UNAVAILABLE;
 retries follow :mod:`host.store._pg`. The DSN's password never appears in an error, a log
@@ -86,6 +89,7 @@ from host.store.local import overrides_of
 from host.store.migrations import check_version
 from host.store.pending import PgPendingApprovals, record_approval
 from host.store.pgcounters import PgGrants, PgRateLimits
+from host.store.pgscopes import PgScopes
 from host.store.port import StoreLifecycle
 from host.trust.lock import LoadedLock, LockState
 from host.types import Approval, InvocationPlan
@@ -195,6 +199,10 @@ class PgAuditChain:
                 return self.append_in(conn, chain, kind, payload)
 
         return self._db.run(op, what="append to the audit chain", idempotent=False, error=AuditUnavailable)
+
+    def chain_for(self, payload: Mapping[str, object]) -> str:
+        """The chain a record with ``payload`` goes to (:func:`chain_of` in this scope)."""
+        return chain_of(payload, self.scope)
 
     def append_in(self, conn: Conn, chain: str, kind: str, payload: Mapping[str, object]) -> str:
         """Append inside the caller's open transaction (the caller commits); a checkpoint
@@ -644,6 +652,7 @@ class PostgresStore(StoreLifecycle):
         self.grants = PgGrants(self._db)
         self.locks = PgLockGenerations(self._db, dsn, scope=lock_scope)
         self.pending = PgPendingApprovals(self._db, approver=approver, trusted=trusted_approver_keys)
+        self.scopes = PgScopes(self._db, self.audit, trusted=trusted_with(trusted_approver_keys, approver))
 
     @property
     def database(self) -> Database:

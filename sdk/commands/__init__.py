@@ -71,6 +71,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "serve the lock's tools to MCP clients (stdio or HTTP)"),
     Command("tokens", "bearer tokens for the MCP HTTP server"),
     Command("approvals", "list, approve or deny queued approvals (MCP clients without elicitation)"),
+    Command("scopes", "grant, list, show or revoke scopes: exact calls an unattended job may make"),
     Command("completion", "print a shell completion script (bash, zsh, fish)"),
 )
 """Every subcommand, in ``stockade --help`` order."""

@@ -92,6 +92,7 @@ def explain(
         },
         "tool_policy_mode": mode.value,
         "session_grant": "none: session grants live in a running host's memory and only discharge ask",
+        "scopes": _scopes(args, tool, floor=_risk(tool) == "critical" or detail.ask_always),
         "missing": missing,
         "fix": fix,
         "versions": {
@@ -108,6 +109,18 @@ def _admin_dir(settings: Any) -> str | None:
     printed ``(None)``)."""
     configured = getattr(settings, "admin_policy_dir", None)
     return str(configured) if configured is not None else None
+
+
+def _risk(tool: Any) -> str:
+    return str(getattr(tool.risk, "value", tool.risk))
+
+
+def _scopes(args: argparse.Namespace, tool: Any, *, floor: bool) -> dict[str, Any]:
+    """Which scopes name this exact tool for this principal, and what is left of each (a
+    scope covers the call only while the decision is ``approval``, never the floor)."""
+    from sdk.commands.scopes import covering
+
+    return {"floor": floor, "covering": [] if floor else covering(args, tool.name, tool.version)}
 
 
 def render(report: dict[str, Any]) -> None:
@@ -136,6 +149,16 @@ def render(report: dict[str, Any]) -> None:
         print(f"    after reviewing what changed (`stockade diff OLD NEW`), re-bind: "
               f"{safe_text(rebind['fix'])}")
     print(f"4 session grant: {report['session_grant']}")
+    scopes = report["scopes"]
+    if scopes["floor"]:
+        print("5 scopes: none can cover it (a critical tool or a managed-cap ask_always selector)")
+    elif not scopes["covering"]:
+        print("5 scopes: none names this tool for this principal" + (
+            "" if report["decision"] != "approval" else "; an unattended call is refused (not_in_scope)"))
+    for item in scopes["covering"]:
+        print(f"5 scope {item['id']} (job {safe_text(item['job'])}): {item['status']}, "
+              f"{item['remaining']} call(s) left" + (f", session {safe_text(item['session'])} only"
+                                                      if item["session"] else ""))
     print("the strictest layer wins")
     if report["missing"]:
         print("missing: " + ", ".join(safe_text(p) for p in report["missing"]))

@@ -188,7 +188,7 @@ def render(report: Mapping[str, Any], console: Console, *, imports: bool = False
         render_mcp_source(source, console)
 
 
-_RISKS = ("low", "medium", "high")
+_RISKS = ("low", "medium", "high", "critical")
 
 
 def summary_lines(p: Mapping[str, Any]) -> list[str]:

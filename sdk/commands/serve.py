@@ -111,6 +111,11 @@ def register(sub: Any) -> None:
         help="an extra Origin accepted over HTTP (repeatable; loopback origins are always accepted)",
     )  # fmt: skip
     parser.add_argument(
+        "--scope", default=None, metavar="ID",
+        help="an unattended job: calls that would ask a person run only if this scope "
+        "(`stockade scopes grant`) covers them, else are refused at once; nobody is asked, nothing is queued",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-concurrency", type=_positive, default=max(2, (os.cpu_count() or 1) * 2), metavar="N",
         help="calls run at once; one more is refused with BUSY (default: CPU count x 2)",
     )  # fmt: skip
@@ -322,6 +327,7 @@ def run(args: argparse.Namespace) -> int:
                 max_calls_per_principal=args.max_calls_per_principal,
                 max_pending_per_principal=args.max_pending_per_principal,
                 max_streams_per_principal=args.max_streams_per_principal,
+                scope=args.scope,
             ),
         )
         try:

@@ -121,7 +121,7 @@ def test_outcome_record_failure_after_a_successful_run_is_not_a_success(tmp_path
     assert result.error is not None and result.error.code == "AUDIT_UNAVAILABLE"
     assert result.audit_id is None
     kinds = [r["kind"] for r in _records(fx.audit_path)]
-    assert kinds == ["lock.accepted", "call.intent"]  # the intent stays as the evidence
+    assert kinds == ["lock.accepted", "session_grant.granted", "call.intent"]  # the intent stays as the evidence
 
 
 # -- Host.open failing after the runtime started -----------------------------------------

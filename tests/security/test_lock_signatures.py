@@ -157,7 +157,7 @@ def test_untagged_statement_signature_refused(tmp_path: Path, op: Operator) -> N
 def test_statements_of_each_purpose_never_share_bytes() -> None:
     fields = {"package": "tracker", "version": "1.2.0", "manifest_sha256": "a" * 64, "module_sha256": "b" * 64}
     statements = {signed_statement(tag, fields) for tag in STATEMENT_TAGS}
-    assert len(statements) == len(STATEMENT_TAGS) == 5
+    assert len(statements) == len(STATEMENT_TAGS) == 6
     assert statement_for("tracker", "1.2.0", "a" * 64, "b" * 64) == signed_statement("stockade/package@1", fields)
     for bad in ({"statement": "stockade/package@1"}, {"signature": "x"}):
         with pytest.raises(ValueError):

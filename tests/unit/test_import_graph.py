@@ -38,7 +38,7 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
     ("process sandbox", ["host.sandbox"]),
     ("audit, runtime, policy", [
         "host.audit", "host.auditkey", "host.runtime", "host.policy", "host.ratelimit", "host.approvals",
-        "host.approverkey", "host.adapters",
+        "host.approverkey", "host.adapters", "host.scopes",
     ]),
     ("store", ["host.store"]),
     ("sources", ["host.mcpsource"]),

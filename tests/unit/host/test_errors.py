@@ -21,6 +21,7 @@ PINNED_CODES = {
     "ApprovalDenied": "APPROVAL_DENIED",
     "ApprovalQueueFull": "APPROVAL_QUEUE_FULL",
     "ApproverKeyMissing": "APPROVER_KEY_MISSING",
+    "ScopeInvalid": "SCOPE_INVALID",
     "Busy": "BUSY",
     "CallCancelled": "CANCELLED",
     "RateLimited": "RATE_LIMITED",
