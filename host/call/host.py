@@ -46,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from host import observe
 from host._files import UnsafePermissions, check_trusted
 from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
 from host.audit import AuditLog
@@ -150,7 +151,7 @@ class Host:
         self._secrets = secrets
         self._policy = policy
         self._tool_policy = tool_policy
-        self._audit = store.audit
+        self._audit = observe.TracedAudit(store.audit)  # spans, and the trace id in each record
         self._resolver = resolver
         self._limiter = store.rate_limits
         self._approvals = store.approvals
@@ -158,7 +159,7 @@ class Host:
         self._transport_factory = transport_factory
         self._closed = threading.Event()
         # Records a refusal or failure, then returns it (host.call.records.refuse).
-        self._refused = functools.partial(refuse, store.audit, debug_guest_errors=config.debug_guest_errors)
+        self._refused = functools.partial(refuse, self._audit, debug_guest_errors=config.debug_guest_errors)
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
         self._mcp = dict(mcp_sources or {})
         self._host_tools = host_tools  # host.tools: the fs.* tools when a workspace is granted
@@ -292,15 +293,16 @@ class Host:
         """
         self._check_open()
         try:
-            plan = prepare(
-                request,
-                registry=self.registry,
-                engine=self._policy,
-                tool_policy=self._tool_policy,
-                grants=self.grants,
-                max_input_bytes=self.config.ceilings.max_input_bytes,
-                bindings=self._bindings,
-            )
+            with observe.span("stockade.prepare"):
+                plan = prepare(
+                    request,
+                    registry=self.registry,
+                    engine=self._policy,
+                    tool_policy=self._tool_policy,
+                    grants=self.grants,
+                    max_input_bytes=self.config.ceilings.max_input_bytes,
+                    bindings=self._bindings,
+                )
         except ToolNotFound as exc:
             raise self._refused_at_pin(exc) from None
         if self._host_tools is not None:  # a host tool's effect is bound into its digest
@@ -379,6 +381,7 @@ class Host:
         *,
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> CallResult:
         """Prepare and, if allowed, execute one call. Never raises for untrusted input.
 
@@ -391,12 +394,20 @@ class Host:
                 interrupted within about 10 ms (its store is stopped) and the result is
                 CANCELLED, recorded as such in the audit log.
             progress: receives the call's stages (:data:`ProgressHook`).
+            trace_context: the W3C trace context (``traceparent``, ``tracestate``) of the
+                caller's span, continued by the call's ``stockade.call`` span when
+                :mod:`host.observe` is enabled (ignored otherwise).
         """
-        try:
-            plan = self.prepare(request)
-        except StockadeError as exc:
-            return self._refused(request, exc)
-        return self._admit_and_run(plan, plan.request.approval, cancel, progress)
+        with observe.span("stockade.call", parent=trace_context) as span:
+            try:
+                plan = self.prepare(request)
+            except StockadeError as exc:
+                result = self._refused(request, exc)
+            else:
+                observe.describe_tool(span, self.registry.get(plan.tool, plan.version))
+                result = self._admit_and_run(plan, plan.request.approval, cancel, progress)
+            observe.describe_result(span, result)
+        return result
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
@@ -418,6 +429,15 @@ class Host:
         approval bound to that digest, principal and session. ``cancel`` and
         ``progress`` are as for :meth:`call`.
         """
+        with observe.span("stockade.call", {"stockade.entry": "execute"}) as span:
+            result = self._execute(plan, approval, cancel, progress)
+            observe.describe_result(span, result)
+        return result
+
+    def _execute(
+        self, plan: InvocationPlan, approval: Approval | None, cancel: threading.Event | None,
+        progress: ProgressHook | None,
+    ) -> CallResult:
         try:
             current = self.prepare(plan.request)
             if current.action_digest != plan.action_digest and plan.effect is not None:
@@ -445,7 +465,8 @@ class Host:
                         action_digest=plan.action_digest,
                         preview=plan.preview.to_dict(),
                     )
-                self._approvals.redeem(plan, approval)
+                with observe.span("stockade.approval"):
+                    self._approvals.redeem(plan, approval)
                 report("approved", {"action_digest": plan.action_digest})
         except StockadeError as exc:
             return self._refused(plan.request, exc, digest=plan.action_digest)
@@ -517,6 +538,7 @@ class Host:
                 return self._failed(call, failure, egress)
             return self._succeeded(call, egress, result, output)  # step 11
 
+    @observe.staged("stockade.rate_limit")
     def _consume_rate(self, call: _Admitted) -> None:
         limit = call.tool.rate_limit
         self._limiter.check_and_consume(
@@ -536,25 +558,31 @@ class Host:
             raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
         report("sandbox_started", {"tool": tool.name})
         if self._host_tools is not None and self._host_tools.owns(tool):
-            ran = self._host_tools.invoke(call.plan, tool)
+            with observe.span("stockade.host_tool"):
+                ran = self._host_tools.invoke(call.plan, tool)
             call.outcome = ran.record
             wall_ms = (time.monotonic() - call.started) * 1000
             return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))
         if (source := self._mcp.get(tool.binding.package)) is not None:
             timeout_s = limits.timeout_ms / 1000
-            return mcp_hosting.invoke(
-                source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
+            with observe.span("stockade.mcp_source", {"stockade.source": source.name}):
+                return mcp_hosting.invoke(
+                    source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
+                )
+        port = egress if report is _no_progress else ReportingEgress(egress, report)
+        with observe.span("stockade.sandbox") as span:
+            sandboxed = self._runtime.run(
+                self._packages[tool.binding.package].component,
+                tool=tool.name,
+                input_json=call.plan.canonical_input.decode("utf-8"),
+                limits=limits,
+                egress=observe.egress(port, egress),
+                secret_available=call.staged.__contains__,
+                scrub=call.redactor.text,
+                interrupt=cancel,
             )
-        return self._runtime.run(
-            self._packages[tool.binding.package].component,
-            tool=tool.name,
-            input_json=call.plan.canonical_input.decode("utf-8"),
-            limits=limits,
-            egress=egress if report is _no_progress else ReportingEgress(egress, report),
-            secret_available=call.staged.__contains__,
-            scrub=call.redactor.text,
-            interrupt=cancel,
-        )
+            span.set("stockade.fuel_used", sandboxed.usage.fuel_consumed)
+        return sandboxed
 
     def _failed(self, call: _Admitted, failure: StockadeError, egress: EgressPort) -> CallResult:
         """The outcome of a call that failed after its plan was admitted (recorded)."""
@@ -592,6 +620,7 @@ class Host:
             ok=True, output=output, audit_id=audit_id, usage=usage, log=log, action_digest=digest
         )
 
+    @observe.staged("stockade.secrets")
     def _stage_secrets(
         self, plan: InvocationPlan, tool: ToolDefinition
     ) -> tuple[Mapping[str, SecretValue], Redactor]:
@@ -625,6 +654,7 @@ class Host:
             cached = self._limits_by_tool[key] = limits_for(tool)
         return cached
 
+    @observe.staged("stockade.output")
     def _output(self, tool: ToolDefinition, raw: str, redactor: Redactor) -> Any:
         budget = self.config.ceilings.max_output_bytes
         try:

@@ -1,0 +1,178 @@
+"""The OpenTelemetry side of :mod:`host.observe`: imported only by :func:`host.observe.enable`.
+
+Spans are started with ``record_exception=False``: an exception's message can quote an
+input value (a schema error names the offending value), so a failed stage carries only its
+stable error code (``error.type``) and an ERROR status without a description.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Final, final
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+SCOPE: Final = "stockade"
+"""The instrumentation scope name of every span and instrument."""
+
+_PROPAGATOR: Final = TraceContextTextMapPropagator()  # W3C traceparent/tracestate only: no baggage
+
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+
+
+def error_code(exc: BaseException) -> str:
+    """A failure's stable code: a StockadeError's ``code``, else the exception's class name."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, str) else type(exc).__name__
+
+
+@final
+class LiveSpan:
+    """One stage's span while it runs (the :class:`host.observe.Span` of a recorded stage)."""
+
+    __slots__ = ("_attributes", "_kind", "_live", "_name", "_parent", "_span", "_started", "_token")
+
+    live = True
+
+    def __init__(
+        self, live: Live, name: str, attributes: Mapping[str, Any] | None, parent: Mapping[str, str] | None,
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> None:
+        self._live = live
+        self._name = name
+        self._attributes = attributes
+        self._parent = parent
+        self._kind = kind
+        self._span: Any = None
+        self._token: Any = None
+        self._started = 0.0
+
+    def __enter__(self) -> LiveSpan:
+        parent = None if self._parent is None else _PROPAGATOR.extract(dict(self._parent))
+        self._span = self._live.tracer.start_span(
+            self._name, context=parent, kind=self._kind, attributes=self._attributes,
+            record_exception=False, set_status_on_exception=False,
+        )  # fmt: skip
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None:
+            self.fail(error_code(exc))
+        elapsed = time.perf_counter() - self._started
+        otel_context.detach(self._token)
+        self._span.end()
+        self._live.stage_duration.record(elapsed, {"stockade.stage": self._name})
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """Set one attribute."""
+        self._span.set_attribute(key, value)
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """Add one event."""
+        self._span.add_event(name, attributes)
+
+    def fail(self, code: str) -> None:
+        """Mark the stage failed with ``code``; no description (it could quote an input)."""
+        self._span.set_attribute("error.type", code)
+        self._span.set_status(Status(StatusCode.ERROR))
+
+
+@final
+class Live:
+    """The tracer and instruments of an enabled host (see :func:`host.observe.enable`)."""
+
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.stage_duration = meter.create_histogram(
+            "stockade.stage.duration", unit="s", description="Duration of one pipeline stage"
+        )
+
+    def span(
+        self, name: str, attributes: Mapping[str, Any] | None, parent: Mapping[str, str] | None,
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> LiveSpan:
+        """A stage's span (see :func:`host.observe.span`)."""
+        return LiveSpan(self, name, attributes, parent, kind)
+
+    def trace_id(self) -> str | None:
+        """The current span's trace id, if it is recorded."""
+        context = trace.get_current_span().get_span_context()
+        return format(context.trace_id, "032x") if context.is_valid else None
+
+    def audit_append(self, sink: Any, kind: str, payload: Mapping[str, object], durable: bool | None) -> str:
+        """One audit append as a span; the record gains the trace id when there is one."""
+        with self.span("stockade.audit.append", {"stockade.audit.kind": kind}, None) as span:
+            trace_id = self.trace_id()
+            if trace_id is not None and "trace_id" not in payload:
+                payload = {**payload, "trace_id": trace_id}
+            record_id: str = sink.append(kind, payload, durable=durable)
+            span.set("stockade.audit.record", record_id)
+            return record_id
+
+    def egress(self, port: Any, records: Any) -> TracedEgress:
+        """``port`` with one CLIENT span per request (see :func:`host.observe.egress`)."""
+        return TracedEgress(self, port, records)
+
+
+@final
+class TracedEgress:
+    """An egress port whose every request is a span built from its audit records.
+
+    The attributes come from the records the egress session keeps for the audit log (host
+    already redacted; no path, no query, no header), one span per guest request with one
+    ``stockade.egress.redirect`` event per redirect hop it followed.
+    """
+
+    __slots__ = ("_inner", "_live", "_records")
+
+    def __init__(self, live: Live, inner: Any, records: Any) -> None:
+        self._live = live
+        self._inner = inner
+        self._records = records
+
+    def send(self, request: Any) -> Any:
+        """Send through the wrapped port inside a span."""
+        before = self._count()
+        method = request.method if request.method in _METHODS else "_OTHER"
+        attributes = {"http.request.method": method}
+        with self._live.span("stockade.egress", attributes, None, SpanKind.CLIENT) as span:
+            answer = self._inner.send(request)
+            hops = self._hops(before)
+            status = getattr(answer, "status", None)
+            outcome = "ok" if status is not None else str(getattr(answer, "kind", "failed"))
+            for hop in hops[:-1]:
+                span.event("stockade.egress.redirect", {
+                    "server.address": hop.host, "http.request.method": hop.method,
+                    "http.response.status_code": hop.status or 0,
+                })  # fmt: skip
+            if hops:
+                last = hops[-1]
+                outcome = last.outcome
+                span.set("server.address", last.host)
+            span.set("stockade.egress.outcome", outcome)
+            span.set("stockade.egress.redirects", max(len(hops) - 1, 0))
+            span.set("stockade.egress.bytes_sent", sum(h.bytes_sent for h in hops))
+            span.set("stockade.egress.bytes_received", sum(h.bytes_received for h in hops))
+            if status is not None:
+                span.set("http.response.status_code", status)
+            if outcome != "ok":
+                span.fail(outcome.split(":", 1)[0])
+            return answer
+
+    def _count(self) -> int:
+        usage = getattr(self._records, "usage", None)
+        return 0 if usage is None else len(usage.requests)
+
+    def _hops(self, before: int) -> list[Any]:
+        usage = getattr(self._records, "usage", None)
+        return [] if usage is None else list(usage.requests[before:])
