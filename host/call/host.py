@@ -421,15 +421,16 @@ class Host:
         *,
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> CallResult:
         """Run a prepared plan (docs/design.md §6 steps 7–11), re-authorizing first.
 
         Policy is decided again, so a revoke between prepare and execute denies; the
         fresh plan must have the same action digest; an approval-required plan needs an
         approval bound to that digest, principal and session. ``cancel`` and
-        ``progress`` are as for :meth:`call`.
+        ``progress`` and ``trace_context`` are as for :meth:`call`.
         """
-        with observe.span("stockade.call", {"stockade.entry": "execute"}) as span:
+        with observe.span("stockade.call", {"stockade.entry": "execute"}, parent=trace_context) as span:
             result = self._execute(plan, approval, cancel, progress)
             observe.describe_result(span, result)
         return result

@@ -24,11 +24,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, final
+from typing import Any, Final, Protocol, TypeVar, final
 
 __all__ = [
     "Span",
     "TracedAudit",
+    "carrier",
     "describe_result",
     "describe_tool",
     "disable",
@@ -89,19 +90,54 @@ class _Off:
 OFF: Any = _Off()
 
 
-def span(name: str, attributes: Attributes | None = None, *, parent: Mapping[str, str] | None = None) -> Any:
+def span(
+    name: str, attributes: Attributes | None = None, *, parent: Mapping[str, str] | None = None,
+    server: bool = False,
+) -> Any:
     """A context manager for one stage's span; its ``__enter__`` returns a :class:`Span`.
 
     Args:
         name: the span name (``stockade.<stage>``).
         attributes: attributes known when the stage starts.
-        parent: a W3C trace context carrier (``traceparent``, ``tracestate``) to continue;
-            ignored when a span is already current in this thread.
+        parent: a W3C trace context carrier (``traceparent``, ``tracestate``) to continue
+            instead of the thread's current span (an invalid ``traceparent`` starts a
+            new trace, as W3C Trace Context says).
+        server: the span is the server side of a remote request (SpanKind.SERVER).
     """
     live = _live
     if live is None:
         return OFF
-    return live.span(name, attributes, parent)
+    return live.span(name, attributes, parent, live.SERVER if server else live.INTERNAL)
+
+
+MAX_TRACESTATE_CHARS: Final = 512  # W3C Trace Context: 32 members, 512 characters is enough
+
+
+def carrier(
+    meta: Mapping[str, Any] | None, headers: Mapping[str, str] | None = None
+) -> dict[str, str] | None:
+    """The W3C trace context a remote caller sent: MCP ``_meta`` first, then HTTP headers.
+
+    MCP carries ``traceparent`` and ``tracestate`` in a request's ``_meta`` (in both
+    protocol eras); the Streamable HTTP transport may also carry them as headers. Baggage
+    is not taken: nothing of the caller's is recorded except the trace it belongs to.
+
+    Returns:
+        ``{"traceparent": ..., "tracestate": ...}`` (tracestate only when sent, and
+        dropped when over :data:`MAX_TRACESTATE_CHARS`), or ``None`` when observability is
+        off or neither source has a ``traceparent``.
+    """
+    if _live is None:
+        return None
+    for source in (meta, headers):
+        parent = source.get("traceparent") if source is not None else None
+        if isinstance(parent, str):
+            found = {"traceparent": parent}
+            state = source.get("tracestate") if source is not None else None
+            if isinstance(state, str) and len(state) <= MAX_TRACESTATE_CHARS:
+                found["tracestate"] = state
+            return found
+    return None
 
 
 def staged(name: str) -> Callable[[_F], _F]:

@@ -90,6 +90,9 @@ class LiveSpan:
 class Live:
     """The tracer and instruments of an enabled host (see :func:`host.observe.enable`)."""
 
+    INTERNAL: Final = SpanKind.INTERNAL
+    SERVER: Final = SpanKind.SERVER
+
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)

@@ -17,9 +17,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from host import HostConfig
-from tests.observe.conftest import Otel
 from tests.support.egress_session import FakeResolver, allow, bearer
 from tests.support.hosts import HostFixture, echo_tool, make_host
+from tests.support.otel import Otel
 from tests.support.secrets import make_store
 from tests.support.servers import Exchange, LoopbackServer, respond
 from tests.support.wat import guest
@@ -218,3 +218,17 @@ def test_host_call_continues_the_callers_trace(tmp_path: Path, api: LoopbackServ
     assert format(call.context.trace_id, "032x") == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert call.parent is not None and format(call.parent.span_id, "016x") == "00f067aa0ba902b7"
     assert call.parent.is_remote
+
+
+def test_egress_does_not_forward_the_trace_to_third_parties(
+    tmp_path: Path, api: LoopbackServer, otel: Otel
+) -> None:
+    """Trace ids are metadata about the caller: the host adds no trace header to egress."""
+    fx = _host(tmp_path, api)
+    parent = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "a=b"}
+    assert fx.host.call(fx.request("echo.fetch", input={"url": _url(api)}), trace_context=parent).ok
+    fx.host.close()
+    assert len(api.requests) == 3  # two requests, the first redirected once
+    sent = {name.lower() for r in api.requests for name, _ in r.headers}
+    assert not sent & {"traceparent", "tracestate", "baggage"}
+    assert "4bf92f3577b34da6a3ce929d0e0e4736" not in repr([r.headers for r in api.requests])
