@@ -493,6 +493,7 @@ class Host:
         """
         if event not in ("requested", "granted", "denied", "redeemed"):
             raise ValueError(f"unknown approval event {event!r}")
+        observe.approval(event, channel)
         return self._audit.append(f"approval.{event}", approval_record(plan, channel))
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
@@ -571,7 +572,7 @@ class Host:
                     source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
                 )
         port = egress if report is _no_progress else ReportingEgress(egress, report)
-        with observe.span("stockade.sandbox") as span:
+        with observe.span("stockade.sandbox", {"stockade.tool": tool.name}) as span:
             sandboxed = self._runtime.run(
                 self._packages[tool.binding.package].component,
                 tool=tool.name,

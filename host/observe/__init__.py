@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol, TypeVar, final
 __all__ = [
     "Span",
     "TracedAudit",
+    "approval",
     "carrier",
     "describe_result",
     "describe_tool",
@@ -91,7 +92,10 @@ OFF: Any = _Off()
 
 
 def span(
-    name: str, attributes: Attributes | None = None, *, parent: Mapping[str, str] | None = None,
+    name: str,
+    attributes: Attributes | None = None,
+    *,
+    parent: Mapping[str, str] | None = None,
     server: bool = False,
 ) -> Any:
     """A context manager for one stage's span; its ``__enter__`` returns a :class:`Span`.
@@ -188,6 +192,13 @@ def describe_result(span: Span, result: Any) -> None:
             span.set("stockade.audit.record", result.audit_id)
         if not result.ok:
             span.fail(result.error.code)
+
+
+def approval(event: str, channel: str) -> None:
+    """Count an approval event (``requested``, ``granted``, ``denied``) a front end records."""
+    live = _live
+    if live is not None:
+        live.approval(event, channel)
 
 
 def trace_id() -> str | None:

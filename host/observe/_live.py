@@ -22,6 +22,16 @@ SCOPE: Final = "stockade"
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()  # W3C traceparent/tracestate only: no baggage
 
+# Attributes that are also metric labels (bounded sets: tool names of the registry, error
+# codes, allowlisted hosts, outcome kinds) and the numbers metrics record.
+_LABELS: Final = frozenset({
+    "stockade.tool", "stockade.outcome", "server.address", "stockade.egress.outcome", "stockade.audit.kind",
+})  # fmt: skip
+_VALUES: Final = frozenset({
+    "stockade.fuel_used", "stockade.egress.bytes_sent", "stockade.egress.bytes_received",
+})  # fmt: skip
+_UNKNOWN_TOOL: Final = "_unknown"  # a refused call names no registry tool: no untrusted string as a label
+
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
@@ -35,12 +45,28 @@ def error_code(exc: BaseException) -> str:
 class LiveSpan:
     """One stage's span while it runs (the :class:`host.observe.Span` of a recorded stage)."""
 
-    __slots__ = ("_attributes", "_kind", "_live", "_name", "_parent", "_span", "_started", "_token")
+    __slots__ = (
+        "_attributes",
+        "_error",
+        "_kind",
+        "_labels",
+        "_live",
+        "_name",
+        "_parent",
+        "_span",
+        "_started",
+        "_token",
+        "_values",
+    )
 
     live = True
 
     def __init__(
-        self, live: Live, name: str, attributes: Mapping[str, Any] | None, parent: Mapping[str, str] | None,
+        self,
+        live: Live,
+        name: str,
+        attributes: Mapping[str, Any] | None,
+        parent: Mapping[str, str] | None,
         kind: SpanKind = SpanKind.INTERNAL,
     ) -> None:
         self._live = live
@@ -51,6 +77,11 @@ class LiveSpan:
         self._span: Any = None
         self._token: Any = None
         self._started = 0.0
+        self._error: str | None = None
+        self._labels: dict[str, str] = {}
+        self._values: dict[str, int] = {}
+        for key, value in (attributes or {}).items():
+            self._keep(key, value)
 
     def __enter__(self) -> LiveSpan:
         parent = None if self._parent is None else _PROPAGATOR.extract(dict(self._parent))
@@ -70,11 +101,18 @@ class LiveSpan:
         elapsed = time.perf_counter() - self._started
         otel_context.detach(self._token)
         self._span.end()
-        self._live.stage_duration.record(elapsed, {"stockade.stage": self._name})
+        self._live.measured(self._name, self._labels, self._values, elapsed, self._error)
 
     def set(self, key: str, value: str | int | float | bool) -> None:
         """Set one attribute."""
         self._span.set_attribute(key, value)
+        self._keep(key, value)
+
+    def _keep(self, key: str, value: object) -> None:
+        if key in _LABELS:
+            self._labels[key] = str(value)
+        elif key in _VALUES and isinstance(value, int):
+            self._values[key] = value
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         """Add one event."""
@@ -82,6 +120,7 @@ class LiveSpan:
 
     def fail(self, code: str) -> None:
         """Mark the stage failed with ``code``; no description (it could quote an input)."""
+        self._error = code
         self._span.set_attribute("error.type", code)
         self._span.set_status(Status(StatusCode.ERROR))
 
@@ -99,9 +138,73 @@ class Live:
         self.stage_duration = meter.create_histogram(
             "stockade.stage.duration", unit="s", description="Duration of one pipeline stage"
         )
+        self.calls = meter.create_counter(
+            "stockade.calls", unit="{call}", description="Calls by tool and outcome"
+        )
+        self.call_duration = meter.create_histogram(
+            "stockade.call.duration", unit="s", description="Duration of one Host.call, by tool and outcome"
+        )
+        self.rate_limited = meter.create_counter(
+            "stockade.rate_limit.refusals", unit="{call}", description="Calls refused by a rate limit"
+        )
+        self.approvals = meter.create_counter(
+            "stockade.approvals", unit="{event}", description="Approval events (requested, granted, denied, "
+            "redeemed, invalid: forged, reused or expired)",
+        )  # fmt: skip
+        self.fuel = meter.create_histogram(
+            "stockade.sandbox.fuel", unit="{fuel}", description="Fuel one sandbox run consumed"
+        )
+        self.egress_requests = meter.create_counter(
+            "stockade.egress.requests",
+            unit="{request}",
+            description="Guest HTTP requests by host and outcome",
+        )
+        self.egress_bytes = meter.create_counter(
+            "stockade.egress.bytes", unit="By", description="Egress bytes by host and direction"
+        )
+
+    def measured(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        values: Mapping[str, int],
+        elapsed: float,
+        error: str | None,
+    ) -> None:
+        """The metrics of one finished stage (its name, labels and numbers)."""
+        self.stage_duration.record(elapsed, {"stockade.stage": name})
+        if name == "stockade.call":
+            by = {"stockade.tool": labels.get("stockade.tool", _UNKNOWN_TOOL),
+                  "stockade.outcome": labels.get("stockade.outcome", error or "ok")}  # fmt: skip
+            self.calls.add(1, by)
+            self.call_duration.record(elapsed, by)
+        elif name == "stockade.sandbox" and "stockade.fuel_used" in values:
+            tool = labels.get("stockade.tool", _UNKNOWN_TOOL)
+            self.fuel.record(values["stockade.fuel_used"], {"stockade.tool": tool})
+        elif name == "stockade.egress":
+            host = {"server.address": labels.get("server.address", "")}
+            outcome = labels.get("stockade.egress.outcome", "")
+            self.egress_requests.add(1, host | {"stockade.egress.outcome": outcome})
+            sent, received = (
+                values.get("stockade.egress.bytes_sent", 0),
+                values.get("stockade.egress.bytes_received", 0),
+            )
+            self.egress_bytes.add(sent, host | {"network.io.direction": "transmit"})
+            self.egress_bytes.add(received, host | {"network.io.direction": "receive"})
+        elif name == "stockade.rate_limit" and error == "RATE_LIMITED":
+            self.rate_limited.add(1)
+        elif name == "stockade.approval":
+            self.approvals.add(1, {"stockade.approval.event": "invalid" if error else "redeemed"})
+
+    def approval(self, event: str, channel: str) -> None:
+        """Count one approval event a front end recorded."""
+        self.approvals.add(1, {"stockade.approval.event": event, "stockade.approval.channel": channel})
 
     def span(
-        self, name: str, attributes: Mapping[str, Any] | None, parent: Mapping[str, str] | None,
+        self,
+        name: str,
+        attributes: Mapping[str, Any] | None,
+        parent: Mapping[str, str] | None,
         kind: SpanKind = SpanKind.INTERNAL,
     ) -> LiveSpan:
         """A stage's span (see :func:`host.observe.span`)."""

@@ -8,86 +8,16 @@ the staged secret and for the input.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from host import HostConfig
-from tests.support.egress_session import FakeResolver, allow, bearer
-from tests.support.hosts import HostFixture, echo_tool, make_host
+from tests.observe.fetch import API, CANARY, SECRET, api, fetch_host, fetch_url
 from tests.support.otel import Otel
-from tests.support.secrets import make_store
-from tests.support.servers import Exchange, LoopbackServer, respond
-from tests.support.wat import guest
+from tests.support.servers import LoopbackServer
 
-API = "api.observe.example"
-SECRET = "tok-observe-5e1f0c9b-secret"
-CANARY = "input-canary-7731"
-URL_SCHEMA = {"type": "object", "additionalProperties": False,
-              "properties": {"url": {"type": "string", "maxLength": 300}}, "required": ["url"]}
-DONE_SCHEMA = {"type": "object", "additionalProperties": False,
-               "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-FETCH = echo_tool(name="echo.fetch", input_schema=URL_SCHEMA, output_schema=DONE_SCHEMA)
-PERMS = ("tool.call:echo.fetch", "echo.use")
-
-_SEND = """
-        (call $http_request {S:method}
-          (i32.add (local.get $ip) (i32.const 8)) (i32.sub (local.get $il) (i32.const 10))
-          {S:headers} (i32.const 0) {S:headers} (i32.const 0) (i32.const 0) (local.get $r))"""
-
-
-def two_requests_component() -> bytes:
-    """GETs the URL of its input ``{"url": ...}`` twice, then returns ``{"ok": true}``."""
-    return guest(
-        f"""
-        (local $r i32)
-        (local.set $r (call $alloc (i32.const 64)))
-        {_SEND}
-        {_SEND}
-        (call $ok {{S:out}})""",
-        host=["http-request"],
-        strings={"method": "GET", "headers": "[]", "out": '{"ok":true}'},
-    )
-
-
-@pytest.fixture
-def api() -> Iterator[LoopbackServer]:
-    hits = {"go": 0}
-
-    def go(ex: Exchange) -> None:
-        hits["go"] += 1
-        if hits["go"] == 1:
-            ex.respond(302, b"", [("Location", "/v1/done")])
-        else:
-            ex.respond(200, b"{}", [("Content-Type", "application/json")])
-
-    with LoopbackServer(routes={"/v1/go": go, "/v1/done": respond(200, b"{}")}) as server:
-        yield server
-
-
-def _host(tmp_path: Path, api: LoopbackServer, **kwargs: Any) -> HostFixture:
-    store = make_store(tmp_path)
-    store.set("p", "alice", "echo_token", SECRET)
-    http = {
-        "allow": [allow(API, api.port, path_prefix="/v1", methods=["GET"])],
-        "credentials": [bearer("echo_token", [f"http://{API}:{api.port}"], ["/v1"])],
-        "max_request_bytes": 1024, "max_response_bytes": 1024, "timeout_ms": 2000,
-    }
-    kwargs.setdefault("allow", PERMS)
-    return make_host(
-        tmp_path, tools=[FETCH], module=two_requests_component(), manifest_overrides={"http": http},
-        secrets=store, resolver=FakeResolver({API: ["127.0.0.1"]}),
-        config=HostConfig(state_dir=tmp_path / "state", unsafe_allow_loopback=True), **kwargs,
-    )  # fmt: skip
-
-
-def _url(api: LoopbackServer) -> str:
-    return f"http://{API}:{api.port}/v1/go?q={CANARY}"
-
+__all__ = ["api"]
 
 def _tree(spans: list[ReadableSpan]) -> dict[str, list[str]]:
     """Span name → the names of its children, in start order."""
@@ -112,8 +42,8 @@ def _exported_text(spans: list[ReadableSpan]) -> str:
 def test_call_with_two_egress_requests_one_redirected_is_one_span_tree(
     tmp_path: Path, api: LoopbackServer, otel: Otel
 ) -> None:
-    fx = _host(tmp_path, api)
-    result = fx.host.call(fx.request("echo.fetch", input={"url": _url(api)}))
+    fx = fetch_host(tmp_path, api)
+    result = fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)}))
     fx.host.close()
     assert result.ok, result.error
     spans = otel.finished()
@@ -155,8 +85,8 @@ def test_call_with_two_egress_requests_one_redirected_is_one_span_tree(
 def test_no_span_carries_the_staged_secret_or_the_input(
     tmp_path: Path, api: LoopbackServer, otel: Otel
 ) -> None:
-    fx = _host(tmp_path, api)
-    assert fx.host.call(fx.request("echo.fetch", input={"url": _url(api)})).ok
+    fx = fetch_host(tmp_path, api)
+    assert fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)})).ok
     fx.host.close()
     assert any("authorization" in h[0].lower() and SECRET in h[1]
                for r in api.requests for h in r.headers)  # the secret really was staged and sent
@@ -166,8 +96,8 @@ def test_no_span_carries_the_staged_secret_or_the_input(
 
 
 def test_policy_denied_call_has_no_sandbox_span(tmp_path: Path, api: LoopbackServer, otel: Otel) -> None:
-    fx = _host(tmp_path, api, allow=())
-    result = fx.host.call(fx.request("echo.fetch", input={"url": _url(api)}))
+    fx = fetch_host(tmp_path, api, allow=())
+    result = fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)}))
     fx.host.close()
     assert result.error is not None and result.error.code == "POLICY_DENIED"
     spans = otel.finished()
@@ -189,14 +119,14 @@ def test_policy_denied_call_has_no_sandbox_span(tmp_path: Path, api: LoopbackSer
 def test_approval_required_call_then_its_approved_execution(
     tmp_path: Path, api: LoopbackServer, otel: Otel
 ) -> None:
-    fx = _host(tmp_path, api, allow=("tool.call:echo.fetch",), ask=("echo.use",))
-    refused = fx.host.call(fx.request("echo.fetch", input={"url": _url(api)}))
+    fx = fetch_host(tmp_path, api, allow=("tool.call:echo.fetch",), ask=("echo.use",))
+    refused = fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)}))
     assert refused.error is not None and refused.error.code == "APPROVAL_REQUIRED"
     spans = otel.finished()
     assert "stockade.sandbox" not in {s.name for s in spans}
     assert _one(spans, "stockade.call").attributes["stockade.outcome"] == "APPROVAL_REQUIRED"
     otel.spans.clear()
-    plan = fx.host.prepare(fx.request("echo.fetch", input={"url": _url(api)}))
+    plan = fx.host.prepare(fx.request("echo.fetch", input={"url": fetch_url(api)}))
     result = fx.host.execute(plan, fx.host.approve(plan))
     fx.host.close()
     assert result.ok, result.error
@@ -210,9 +140,9 @@ def test_approval_required_call_then_its_approved_execution(
 
 
 def test_host_call_continues_the_callers_trace(tmp_path: Path, api: LoopbackServer, otel: Otel) -> None:
-    fx = _host(tmp_path, api, allow=())
+    fx = fetch_host(tmp_path, api, allow=())
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    fx.host.call(fx.request("echo.fetch", input={"url": _url(api)}), trace_context={"traceparent": parent})
+    fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)}), trace_context={"traceparent": parent})
     fx.host.close()
     call = _one(otel.finished(), "stockade.call")
     assert format(call.context.trace_id, "032x") == "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -224,9 +154,9 @@ def test_egress_does_not_forward_the_trace_to_third_parties(
     tmp_path: Path, api: LoopbackServer, otel: Otel
 ) -> None:
     """Trace ids are metadata about the caller: the host adds no trace header to egress."""
-    fx = _host(tmp_path, api)
+    fx = fetch_host(tmp_path, api)
     parent = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "a=b"}
-    assert fx.host.call(fx.request("echo.fetch", input={"url": _url(api)}), trace_context=parent).ok
+    assert fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)}), trace_context=parent).ok
     fx.host.close()
     assert len(api.requests) == 3  # two requests, the first redirected once
     sent = {name.lower() for r in api.requests for name, _ in r.headers}
