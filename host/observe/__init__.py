@@ -38,6 +38,7 @@ __all__ = [
     "enable",
     "enabled",
     "span",
+    "span_ids",
     "staged",
     "trace_id",
 ]
@@ -199,6 +200,12 @@ def approval(event: str, channel: str) -> None:
     live = _live
     if live is not None:
         live.approval(event, channel)
+
+
+def span_ids() -> tuple[str, str] | None:
+    """The current span's trace and span ids (hex), or ``None`` outside a recorded span."""
+    live = _live
+    return None if live is None else live.span_ids()
 
 
 def trace_id() -> str | None:

@@ -215,6 +215,13 @@ class Live:
         context = trace.get_current_span().get_span_context()
         return format(context.trace_id, "032x") if context.is_valid else None
 
+    def span_ids(self) -> tuple[str, str] | None:
+        """The current span's trace and span ids, if it is recorded."""
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
     def audit_append(self, sink: Any, kind: str, payload: Mapping[str, object], durable: bool | None) -> str:
         """One audit append as a span; the record gains the trace id when there is one."""
         with self.span("stockade.audit.append", {"stockade.audit.kind": kind}, None) as span:

@@ -1,4 +1,4 @@
-"""Observability options of ``stockade serve``: OTLP export and the Prometheus endpoint.
+"""Observability options of ``stockade serve``: OTLP export, the Prometheus endpoint, logs.
 
 - Traces and metrics go to an OpenTelemetry collector over OTLP/HTTP when the standard
   environment names one (``OTEL_EXPORTER_OTLP_ENDPOINT``, or the per-signal
@@ -9,6 +9,8 @@
   ``http://--metrics-host:N/metrics`` (0 picks a free port; the URL is printed on stderr).
   The endpoint has no authentication, so, as the MCP endpoint without tokens, it binds
   only to a loopback address.
+- ``--log-format json``: stderr log lines as JSON objects with the trace id
+  (:mod:`host.observe.logs`), repeated messages rate-limited.
 
 Neither needs the ``otel`` extra until it is asked for; without it a request for either
 fails with OTEL_UNAVAILABLE before the server starts.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -32,11 +35,15 @@ OTLP_ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRAC
 
 
 def add_observe_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--metrics-port`` and ``--metrics-host``."""
+    """Add ``--metrics-port``, ``--metrics-host`` and ``--log-format``."""
     group = parser.add_argument_group("observability (the otel extra: pip install 'stockade[otel]')")
     group.add_argument(
         "--metrics-port", type=int, default=None, metavar="N",
         help="serve Prometheus metrics at /metrics on this port (0: any free port; default: none)",
+    )  # fmt: skip
+    group.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="stderr log lines: text, or one JSON object per line with the trace id (default: text)",
     )  # fmt: skip
     group.add_argument(
         "--metrics-host", default="127.0.0.1", metavar="ADDR",
@@ -52,6 +59,8 @@ def observability(args: argparse.Namespace, env: Any = os.environ) -> Iterator[N
         UsageFailed: METRICS_BIND (a non-loopback ``--metrics-host``), OTEL_UNAVAILABLE
             (the extra is missing).
     """
+    if args.log_format == "json":
+        _json_logs()
     otlp = any(env.get(name) for name in OTLP_ENDPOINTS)
     if args.metrics_port is None and not otlp:
         yield
@@ -92,6 +101,20 @@ def observability(args: argparse.Namespace, env: Any = os.environ) -> Iterator[N
         observe.enable(tracer_provider=tracer_provider, meter_provider=meter_provider)
         stack.callback(observe.disable)
         yield
+
+
+def _json_logs() -> None:
+    """One JSON object per stderr line, repeated messages rate-limited (the root logger's
+    handler; serve's own text set-up then finds it configured and adds none)."""
+    from host.mcp.limits import RateLimitedLog
+    from host.observe.logs import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(RateLimitedLog())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
 
 
 def _check_metrics_bind(host: str) -> None:
