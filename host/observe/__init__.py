@@ -62,6 +62,9 @@ class Span(Protocol):
     def set(self, key: str, value: str | int | float | bool) -> None:
         """Set one attribute (a name of the OTel conventions or ``stockade.*``)."""
 
+    def update(self, attributes: Attributes) -> None:
+        """Set several attributes at once."""
+
     def fail(self, code: str) -> None:
         """Mark the stage failed with a stable error code (``error.type``)."""
 
@@ -83,6 +86,9 @@ class _Off:
         return None
 
     def set(self, key: str, value: str | int | float | bool) -> None:
+        """No-op."""
+
+    def update(self, attributes: Attributes) -> None:
         """No-op."""
 
     def fail(self, code: str) -> None:
@@ -175,22 +181,26 @@ def egress(port: Any, records: Any) -> Any:
 def describe_tool(span: Span, tool: Any) -> None:
     """Set a call span's tool attributes from its :class:`~host.trust.registry.ToolDefinition`."""
     if span.live:
-        span.set("stockade.tool", tool.name)
-        span.set("stockade.version", tool.version)
-        span.set("stockade.effect", str(getattr(tool.effect, "value", tool.effect)))
-        span.set("stockade.risk", str(getattr(tool.risk, "value", tool.risk)))
-        span.set("stockade.generation", tool.binding.generation)
+        span.update({
+            "stockade.tool": tool.name, "stockade.version": tool.version,
+            "stockade.effect": str(getattr(tool.effect, "value", tool.effect)),
+            "stockade.risk": str(getattr(tool.risk, "value", tool.risk)),
+            "stockade.generation": tool.binding.generation,
+        })  # fmt: skip
 
 
 def describe_result(span: Span, result: Any) -> None:
     """Set a call span's outcome attributes from its :class:`~host.types.CallResult`."""
     if span.live:
-        span.set("stockade.outcome", "ok" if result.ok else result.error.code)
-        span.set("stockade.fuel_used", result.usage.fuel)
+        attributes: dict[str, str | int] = {
+            "stockade.outcome": "ok" if result.ok else result.error.code,
+            "stockade.fuel_used": result.usage.fuel,
+        }
         if result.action_digest:
-            span.set("stockade.action_digest", result.action_digest)
+            attributes["stockade.action_digest"] = result.action_digest
         if result.audit_id:
-            span.set("stockade.audit.record", result.audit_id)
+            attributes["stockade.audit.record"] = result.audit_id
+        span.update(attributes)
         if not result.ok:
             span.fail(result.error.code)
 

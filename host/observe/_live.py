@@ -30,6 +30,13 @@ _LABELS: Final = frozenset({
 _VALUES: Final = frozenset({
     "stockade.fuel_used", "stockade.egress.bytes_sent", "stockade.egress.bytes_received",
 })  # fmt: skip
+# Stages with a latency histogram: the pipeline's steps, not prepare's sub-steps (their
+# spans show them; a histogram record costs about as much as one of them takes).
+_TIMED: Final = frozenset({
+    "stockade.prepare", "stockade.approval", "stockade.approval.wait", "stockade.rate_limit",
+    "stockade.secrets", "stockade.sandbox", "stockade.mcp_source", "stockade.host_tool", "stockade.egress",
+    "stockade.output", "stockade.audit.append",
+})  # fmt: skip
 _UNKNOWN_TOOL: Final = "_unknown"  # a refused call names no registry tool: no untrusted string as a label
 
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
@@ -80,8 +87,9 @@ class LiveSpan:
         self._error: str | None = None
         self._labels: dict[str, str] = {}
         self._values: dict[str, int] = {}
-        for key, value in (attributes or {}).items():
-            self._keep(key, value)
+        if attributes:
+            for key, value in attributes.items():
+                self._keep(key, value)
 
     def __enter__(self) -> LiveSpan:
         parent = None if self._parent is None else _PROPAGATOR.extract(dict(self._parent))
@@ -107,6 +115,12 @@ class LiveSpan:
         """Set one attribute."""
         self._span.set_attribute(key, value)
         self._keep(key, value)
+
+    def update(self, attributes: Mapping[str, Any]) -> None:
+        """Set several attributes at once."""
+        self._span.set_attributes(attributes)
+        for key, value in attributes.items():
+            self._keep(key, value)
 
     def _keep(self, key: str, value: object) -> None:
         if key in _LABELS:
@@ -172,7 +186,8 @@ class Live:
         error: str | None,
     ) -> None:
         """The metrics of one finished stage (its name, labels and numbers)."""
-        self.stage_duration.record(elapsed, {"stockade.stage": name})
+        if name in _TIMED:
+            self.stage_duration.record(elapsed, {"stockade.stage": name})
         if name == "stockade.call":
             by = {"stockade.tool": labels.get("stockade.tool", _UNKNOWN_TOOL),
                   "stockade.outcome": labels.get("stockade.outcome", error or "ok")}  # fmt: skip

@@ -95,7 +95,11 @@ def observability(args: argparse.Namespace, env: Any = os.environ) -> Iterator[N
             readers.append(parts["PeriodicExportingMetricReader"](parts["OTLPMetricExporter"]()))
             # Global as well, so the MCP SDK's own server spans are exported with Stockade's.
             parts["set_tracer_provider"](tracer_provider)
-        meter_provider = parts["MeterProvider"](metric_readers=readers, resource=resource)
+        # No exemplars: the Prometheus text format drops them, and offering each measurement
+        # to a reservoir is a third of what recording one costs.
+        meter_provider = parts["MeterProvider"](
+            metric_readers=readers, resource=resource, exemplar_filter=parts["AlwaysOffExemplarFilter"]()
+        )
         stack.callback(tracer_provider.shutdown)  # flushes the batch of spans not yet sent
         stack.callback(meter_provider.shutdown)
         observe.enable(tracer_provider=tracer_provider, meter_provider=meter_provider)
@@ -134,7 +138,7 @@ def _sdk() -> dict[str, Any]:
     """The OpenTelemetry SDK pieces serve uses (ImportError without the otel extra)."""
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -145,7 +149,8 @@ def _sdk() -> dict[str, Any]:
 
     return {
         "OTLPMetricExporter": OTLPMetricExporter, "OTLPSpanExporter": OTLPSpanExporter,
-        "MeterProvider": MeterProvider, "PeriodicExportingMetricReader": PeriodicExportingMetricReader,
+        "MeterProvider": MeterProvider, "AlwaysOffExemplarFilter": AlwaysOffExemplarFilter,
+        "PeriodicExportingMetricReader": PeriodicExportingMetricReader,
         "Resource": Resource, "TracerProvider": TracerProvider, "BatchSpanProcessor": BatchSpanProcessor,
         "set_tracer_provider": set_tracer_provider, "MetricsEndpoint": MetricsEndpoint,
     }  # fmt: skip
