@@ -46,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from host import observe
 from host._files import UnsafePermissions, check_trusted
 from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
 from host.approverkey import ApproverKey
@@ -156,7 +157,7 @@ class Host:
         self._secrets = secrets
         self._policy = policy
         self._tool_policy = tool_policy
-        self._audit = store.audit
+        self._audit = observe.TracedAudit(store.audit)  # spans, and the trace id in each record
         self._resolver = resolver
         self._limiter = store.rate_limits
         self._approvals = store.approvals
@@ -164,7 +165,7 @@ class Host:
         self._transport_factory = transport_factory
         self._closed = threading.Event()
         # Records a refusal or failure, then returns it (host.call.records.refuse).
-        self._refused = functools.partial(refuse, store.audit, debug_guest_errors=config.debug_guest_errors)
+        self._refused = functools.partial(refuse, self._audit, debug_guest_errors=config.debug_guest_errors)
         self._limits_by_tool: dict[tuple[str, str], SandboxLimits] = {}
         self._mcp = dict(mcp_sources or {})
         self._host_tools = host_tools  # host.tools: the fs.* tools when a workspace is granted
@@ -298,15 +299,16 @@ class Host:
         """
         self._check_open()
         try:
-            plan = prepare(
-                request,
-                registry=self.registry,
-                engine=self._policy,
-                tool_policy=self._tool_policy,
-                grants=self.grants,
-                max_input_bytes=self.config.ceilings.max_input_bytes,
-                bindings=self._bindings,
-            )
+            with observe.span("stockade.prepare"):
+                plan = prepare(
+                    request,
+                    registry=self.registry,
+                    engine=self._policy,
+                    tool_policy=self._tool_policy,
+                    grants=self.grants,
+                    max_input_bytes=self.config.ceilings.max_input_bytes,
+                    bindings=self._bindings,
+                )
         except ToolNotFound as exc:
             raise self._refused_at_pin(exc) from None
         if self._host_tools is not None:  # a host tool's effect is bound into its digest
@@ -386,6 +388,7 @@ class Host:
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
         scope: str | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> CallResult:
         """Prepare and, if allowed, execute one call. Never raises for untrusted input.
 
@@ -403,12 +406,20 @@ class Host:
                 covers it (counted once, fleet-wide), else refused at once with
                 APPROVAL_REQUIRED and ``reason`` not_in_scope | scope_expired |
                 scope_exhausted | scope_revoked. Nothing is queued.
+            trace_context: the W3C trace context (``traceparent``, ``tracestate``) of the
+                caller's span, continued by the call's ``stockade.call`` span when
+                :mod:`host.observe` is enabled (ignored otherwise).
         """
-        try:
-            plan = self.prepare(request)
-        except StockadeError as exc:
-            return self._refused(request, exc)
-        return self._admit_and_run(plan, plan.request.approval, cancel, progress, scope)
+        with observe.span("stockade.call", parent=trace_context) as span:
+            try:
+                plan = self.prepare(request)
+            except StockadeError as exc:
+                result = self._refused(request, exc)
+            else:
+                observe.describe_tool(span, self.registry.get(plan.tool, plan.version))
+                result = self._admit_and_run(plan, plan.request.approval, cancel, progress, scope)
+            observe.describe_result(span, result)
+        return result
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
@@ -423,14 +434,25 @@ class Host:
         cancel: threading.Event | None = None,
         progress: ProgressHook | None = None,
         scope: str | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> CallResult:
         """Run a prepared plan (docs/design.md §6 steps 7–11), re-authorizing first.
 
         Policy is decided again, so a revoke between prepare and execute denies; the
         fresh plan must have the same action digest; an approval-required plan needs an
         approval bound to that digest, principal and session (or a ``scope`` covering
-        it). ``cancel``, ``progress`` and ``scope`` are as for :meth:`call`.
+        it). ``cancel``, ``progress``, ``scope`` and ``trace_context`` are as for
+        :meth:`call`.
         """
+        with observe.span("stockade.call", {"stockade.entry": "execute"}, parent=trace_context) as span:
+            result = self._execute(plan, approval, cancel, progress, scope)
+            observe.describe_result(span, result)
+        return result
+
+    def _execute(
+        self, plan: InvocationPlan, approval: Approval | None, cancel: threading.Event | None,
+        progress: ProgressHook | None, scope: str | None,
+    ) -> CallResult:
         try:
             current = self.prepare(plan.request)
             if current.action_digest != plan.action_digest and plan.effect is not None:
@@ -454,7 +476,8 @@ class Host:
         try:
             if plan.status == "approval_required":
                 if approval is not None:
-                    self._approvals.redeem(plan, approval)
+                    with observe.span("stockade.approval"):
+                        self._approvals.redeem(plan, approval)
                     plan = replace(plan, discharged_by=f"approval:{plan.action_digest}")
                     report("approved", {"action_digest": plan.action_digest})
                 elif scope is not None:
@@ -561,6 +584,7 @@ class Host:
         """
         if event not in ("requested", "granted", "denied", "redeemed"):
             raise ValueError(f"unknown approval event {event!r}")
+        observe.approval(event, channel)
         return self._audit.append(f"approval.{event}", approval_record(plan, channel))
 
     def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
@@ -607,6 +631,7 @@ class Host:
                 return self._failed(call, failure, egress)
             return self._succeeded(call, egress, result, output)  # step 11
 
+    @observe.staged("stockade.rate_limit")
     def _consume_rate(self, call: _Admitted) -> None:
         limit = call.tool.rate_limit
         self._limiter.check_and_consume(
@@ -626,31 +651,39 @@ class Host:
             raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
         report("sandbox_started", {"tool": tool.name})
         if self._host_tools is not None and self._host_tools.owns(tool):
-            ran = self._host_tools.invoke(call.plan, tool, cancel=cancel)
+            with observe.span("stockade.host_tool"):
+                ran = self._host_tools.invoke(call.plan, tool, cancel=cancel)
             call.outcome = ran.record
             wall_ms = (time.monotonic() - call.started) * 1000
             return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))
         if (source := self._mcp.get(tool.binding.package)) is not None:
             timeout_s = limits.timeout_ms / 1000
-            return mcp_hosting.invoke(
-                source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
-            )
+            with observe.span("stockade.mcp_source", {"stockade.source": source.name}):
+                return mcp_hosting.invoke(
+                    source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
+                )
+        port = egress if report is _no_progress else ReportingEgress(egress, report)
         reads = self._plugin_reads(call)
         try:
-            with unblock_fifos_after(reads, limits.timeout_ms / 1000):
-                return self._runtime.run(
+            with (
+                unblock_fifos_after(reads, limits.timeout_ms / 1000),
+                observe.span("stockade.sandbox", {"stockade.tool": tool.name}) as span,
+            ):
+                sandboxed = self._runtime.run(
                     self._packages[tool.binding.package].component,
                     tool=tool.name,
                     input_json=call.plan.canonical_input.decode("utf-8"),
                     limits=limits,
-                    egress=egress if report is _no_progress else ReportingEgress(egress, report),
+                    egress=observe.egress(port, egress),
                     secret_available=call.staged.__contains__,
                     scrub=call.redactor.text,
                     interrupt=cancel,
                     preopens=reads.preopens,
                 )
+                span.set("stockade.fuel_used", sandboxed.usage.fuel_consumed)
         finally:
             reads.close()
+        return sandboxed
 
     def _plugin_reads(self, call: _Admitted) -> PluginReads:
         """The read-only workspace preopens of a package tool's call (host.tools.preopens),
@@ -703,6 +736,7 @@ class Host:
             ok=True, output=output, audit_id=audit_id, usage=usage, log=log, action_digest=digest
         )
 
+    @observe.staged("stockade.secrets")
     def _stage_secrets(
         self, plan: InvocationPlan, tool: ToolDefinition
     ) -> tuple[Mapping[str, SecretValue], Redactor]:
@@ -736,6 +770,7 @@ class Host:
             cached = self._limits_by_tool[key] = limits_for(tool)
         return cached
 
+    @observe.staged("stockade.output")
     def _output(self, tool: ToolDefinition, raw: str, redactor: Redactor) -> Any:
         budget = self.config.ceilings.max_output_bytes
         try:

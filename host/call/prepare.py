@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from host import observe
 from host.approvals import reference_time
 from host.canonical import canonical_json, digest_json, sha256_hex
 from host.errors import PolicyDenied, PolicyUnavailable, RequestInvalid, StockadeError
@@ -169,6 +170,7 @@ def _decide(engine: PolicyEngine, principal: Principal, permissions: list[str]) 
         yield engine.authorize(principal, principal.project, permission)
 
 
+@observe.staged("stockade.policy")
 def _authorize(engine: PolicyEngine, principal: Principal, tool: ToolDefinition) -> tuple[Verdict, Fence]:
     """Ask the engine about every required permission; a deny lists ALL denied ones."""
     decisions: list[Decision] = []
@@ -298,18 +300,20 @@ def prepare(
     expires = req.principal.expires_at
     if expires is not None and not expires > reference:  # written so that NaN counts as expired
         raise RequestInvalid("the principal has expired; authenticate again")
-    tool = registry.get(req.tool, req.version)
+    with observe.span("stockade.registry"):
+        tool = registry.get(req.tool, req.version)
     engine_verdict, fence = _authorize(engine, req.principal, tool)
     binding = package_binding(tool, key_id=None) if bindings is None else bindings.get(tool.key)
     try:
-        resolution = tool_policy.resolve_detail(
-            req.principal.subject,
-            req.principal.project,
-            tool=tool.name,
-            service=service_of(tool.name),
-            effect=tool.effect,
-            binding=binding,
-        )
+        with observe.span("stockade.tool_policy"):
+            resolution = tool_policy.resolve_detail(
+                req.principal.subject,
+                req.principal.project,
+                tool=tool.name,
+                service=service_of(tool.name),
+                effect=tool.effect,
+                binding=binding,
+            )
     except StockadeError:
         raise
     except Exception as exc:
@@ -332,7 +336,8 @@ def prepare(
             tool=tool.name,
         )
     validate = canonicalize_external if tool.schema_profile == PROFILE_EXTERNAL else validate_input
-    canonical = validate(tool.input_schema, req.input, max_bytes=max_input_bytes)
+    with observe.span("stockade.input"):
+        canonical = validate(tool.input_schema, req.input, max_bytes=max_input_bytes)
     input_sha = sha256_hex(canonical)
     digest = action_digest(req.principal, tool, input_sha)
     preview = _preview(tool, digest)

@@ -64,6 +64,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from host import observe
 from host.adapters.schemas import mcp_annotations
 from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
 from host.audit import redact_params
@@ -384,6 +385,14 @@ class StockadeMCP:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        # One SERVER span per tools/call, continuing the client's trace (_meta, then headers).
+        parent = observe.carrier(ctx.meta, getattr(ctx.request, "headers", None))
+        with observe.span("stockade.mcp.tools_call", parent=parent, server=True):
+            return await self._traced_call_tool(ctx, params)
+
+    async def _traced_call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         principal = self._principal()
         slot = self._acquire()
         try:
@@ -512,9 +521,10 @@ class StockadeMCP:
         else:
             host.record_approval(plan, "requested", channel="elicitation")
             try:
-                answer = await ctx.session.elicit_form(
-                    _preview_message(host, plan), APPROVAL_SCHEMA, related_request_id=ctx.request_id
-                )
+                with observe.span("stockade.approval.wait", {"stockade.approval.channel": "elicitation"}):
+                    answer = await ctx.session.elicit_form(
+                        _preview_message(host, plan), APPROVAL_SCHEMA, related_request_id=ctx.request_id
+                    )
             except MCPError as exc:  # the client could not ask: nobody approved
                 _log.info("elicitation failed: %s", exc)
                 answer = None

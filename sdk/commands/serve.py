@@ -31,6 +31,10 @@ session grants, the approval queue, lock generations and the audit chains (with
 checkpoints signed by the state dir's audit key) in the shared store, so several
 servers behave as one; otherwise the state dir's files (``audit.log``).
 
+Observability (the ``otel`` extra): ``--metrics-port N`` serves Prometheus text at
+``/metrics`` on loopback; ``OTEL_EXPORTER_OTLP_ENDPOINT`` sends traces and metrics to an
+OpenTelemetry collector (docs/operators.md, "Observability").
+
 Exit codes: 0 ended cleanly, 1 the host could not open, 2 usage error.
 """
 
@@ -58,6 +62,7 @@ from sdk.commands._common import (
     state_dir,
     user_input,
 )
+from sdk.commands._observe import add_observe_options, observability
 
 
 def _positive(text: str) -> int:
@@ -152,6 +157,7 @@ def register(sub: Any) -> None:
         "--max-streams-per-principal", type=_positive, default=4, metavar="N",
         help="subscriptions/listen streams one principal may hold open (default: 4; 256 in all)",
     )  # fmt: skip
+    add_observe_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -274,7 +280,12 @@ def _principal(args: argparse.Namespace) -> Principal | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Open the host and serve until the transport ends."""
+    """Open the host and serve until the transport ends (traced and measured if asked to)."""
+    with observability(args):
+        return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
     try:
         import anyio  # the optional extra stockade[mcp] brings these
 

@@ -27,6 +27,8 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
     ("core", [
         "host.errors", "host.canonical", "host.config", "host._files", "host.files", "host.signing",
         "host.text", "host.types",
+        # Observability hooks (no-ops until enabled); they import nothing of host.
+        "host.observe",
     ]),
     ("secrets", ["host.secrets", "host._masterkey", "host.redact"]),
     ("egress", ["host.egress"]),

@@ -1,0 +1,306 @@
+"""The OpenTelemetry side of :mod:`host.observe`: imported only by :func:`host.observe.enable`.
+
+Spans are started with ``record_exception=False``: an exception's message can quote an
+input value (a schema error names the offending value), so a failed stage carries only its
+stable error code (``error.type``) and an ERROR status without a description.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Final, final
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+SCOPE: Final = "stockade"
+"""The instrumentation scope name of every span and instrument."""
+
+_PROPAGATOR: Final = TraceContextTextMapPropagator()  # W3C traceparent/tracestate only: no baggage
+
+# Attributes that are also metric labels (bounded sets: tool names of the registry, error
+# codes, allowlisted hosts, outcome kinds) and the numbers metrics record.
+_LABELS: Final = frozenset({
+    "stockade.tool", "stockade.outcome", "server.address", "stockade.egress.outcome", "stockade.audit.kind",
+})  # fmt: skip
+_VALUES: Final = frozenset({
+    "stockade.fuel_used", "stockade.egress.bytes_sent", "stockade.egress.bytes_received",
+})  # fmt: skip
+# Stages with a latency histogram: the pipeline's steps, not prepare's sub-steps (their
+# spans show them; a histogram record costs about as much as one of them takes).
+_TIMED: Final = frozenset({
+    "stockade.prepare", "stockade.approval", "stockade.approval.wait", "stockade.rate_limit",
+    "stockade.secrets", "stockade.sandbox", "stockade.mcp_source", "stockade.host_tool", "stockade.egress",
+    "stockade.output", "stockade.audit.append",
+})  # fmt: skip
+_UNKNOWN_TOOL: Final = "_unknown"  # a refused call names no registry tool: no untrusted string as a label
+
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+
+
+def error_code(exc: BaseException) -> str:
+    """A failure's stable code: a StockadeError's ``code``, else the exception's class name."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, str) else type(exc).__name__
+
+
+@final
+class LiveSpan:
+    """One stage's span while it runs (the :class:`host.observe.Span` of a recorded stage)."""
+
+    __slots__ = (
+        "_attributes",
+        "_error",
+        "_kind",
+        "_labels",
+        "_live",
+        "_name",
+        "_parent",
+        "_span",
+        "_started",
+        "_token",
+        "_values",
+    )
+
+    live = True
+
+    def __init__(
+        self,
+        live: Live,
+        name: str,
+        attributes: Mapping[str, Any] | None,
+        parent: Mapping[str, str] | None,
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> None:
+        self._live = live
+        self._name = name
+        self._attributes = attributes
+        self._parent = parent
+        self._kind = kind
+        self._span: Any = None
+        self._token: Any = None
+        self._started = 0.0
+        self._error: str | None = None
+        self._labels: dict[str, str] = {}
+        self._values: dict[str, int] = {}
+        if attributes:
+            for key, value in attributes.items():
+                self._keep(key, value)
+
+    def __enter__(self) -> LiveSpan:
+        parent = None if self._parent is None else _PROPAGATOR.extract(dict(self._parent))
+        self._span = self._live.tracer.start_span(
+            self._name, context=parent, kind=self._kind, attributes=self._attributes,
+            record_exception=False, set_status_on_exception=False,
+        )  # fmt: skip
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None:
+            self.fail(error_code(exc))
+        elapsed = time.perf_counter() - self._started
+        otel_context.detach(self._token)
+        self._span.end()
+        self._live.measured(self._name, self._labels, self._values, elapsed, self._error)
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """Set one attribute."""
+        self._span.set_attribute(key, value)
+        self._keep(key, value)
+
+    def update(self, attributes: Mapping[str, Any]) -> None:
+        """Set several attributes at once."""
+        self._span.set_attributes(attributes)
+        for key, value in attributes.items():
+            self._keep(key, value)
+
+    def _keep(self, key: str, value: object) -> None:
+        if key in _LABELS:
+            self._labels[key] = str(value)
+        elif key in _VALUES and isinstance(value, int):
+            self._values[key] = value
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """Add one event."""
+        self._span.add_event(name, attributes)
+
+    def fail(self, code: str) -> None:
+        """Mark the stage failed with ``code``; no description (it could quote an input)."""
+        self._error = code
+        self._span.set_attribute("error.type", code)
+        self._span.set_status(Status(StatusCode.ERROR))
+
+
+@final
+class Live:
+    """The tracer and instruments of an enabled host (see :func:`host.observe.enable`)."""
+
+    INTERNAL: Final = SpanKind.INTERNAL
+    SERVER: Final = SpanKind.SERVER
+
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.stage_duration = meter.create_histogram(
+            "stockade.stage.duration", unit="s", description="Duration of one pipeline stage"
+        )
+        self.calls = meter.create_counter(
+            "stockade.calls", unit="{call}", description="Calls by tool and outcome"
+        )
+        self.call_duration = meter.create_histogram(
+            "stockade.call.duration", unit="s", description="Duration of one Host.call, by tool and outcome"
+        )
+        self.rate_limited = meter.create_counter(
+            "stockade.rate_limit.refusals", unit="{call}", description="Calls refused by a rate limit"
+        )
+        self.approvals = meter.create_counter(
+            "stockade.approvals", unit="{event}", description="Approval events (requested, granted, denied, "
+            "redeemed, invalid: forged, reused or expired)",
+        )  # fmt: skip
+        self.fuel = meter.create_histogram(
+            "stockade.sandbox.fuel", unit="{fuel}", description="Fuel one sandbox run consumed"
+        )
+        self.egress_requests = meter.create_counter(
+            "stockade.egress.requests",
+            unit="{request}",
+            description="Guest HTTP requests by host and outcome",
+        )
+        self.egress_bytes = meter.create_counter(
+            "stockade.egress.bytes", unit="By", description="Egress bytes by host and direction"
+        )
+
+    def measured(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        values: Mapping[str, int],
+        elapsed: float,
+        error: str | None,
+    ) -> None:
+        """The metrics of one finished stage (its name, labels and numbers)."""
+        if name in _TIMED:
+            self.stage_duration.record(elapsed, {"stockade.stage": name})
+        if name == "stockade.call":
+            by = {"stockade.tool": labels.get("stockade.tool", _UNKNOWN_TOOL),
+                  "stockade.outcome": labels.get("stockade.outcome", error or "ok")}  # fmt: skip
+            self.calls.add(1, by)
+            self.call_duration.record(elapsed, by)
+        elif name == "stockade.sandbox" and "stockade.fuel_used" in values:
+            tool = labels.get("stockade.tool", _UNKNOWN_TOOL)
+            self.fuel.record(values["stockade.fuel_used"], {"stockade.tool": tool})
+        elif name == "stockade.egress":
+            host = {"server.address": labels.get("server.address", "")}
+            outcome = labels.get("stockade.egress.outcome", "")
+            self.egress_requests.add(1, host | {"stockade.egress.outcome": outcome})
+            sent, received = (
+                values.get("stockade.egress.bytes_sent", 0),
+                values.get("stockade.egress.bytes_received", 0),
+            )
+            self.egress_bytes.add(sent, host | {"network.io.direction": "transmit"})
+            self.egress_bytes.add(received, host | {"network.io.direction": "receive"})
+        elif name == "stockade.rate_limit" and error == "RATE_LIMITED":
+            self.rate_limited.add(1)
+        elif name == "stockade.approval":
+            self.approvals.add(1, {"stockade.approval.event": "invalid" if error else "redeemed"})
+
+    def approval(self, event: str, channel: str) -> None:
+        """Count one approval event a front end recorded."""
+        self.approvals.add(1, {"stockade.approval.event": event, "stockade.approval.channel": channel})
+
+    def span(
+        self,
+        name: str,
+        attributes: Mapping[str, Any] | None,
+        parent: Mapping[str, str] | None,
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> LiveSpan:
+        """A stage's span (see :func:`host.observe.span`)."""
+        return LiveSpan(self, name, attributes, parent, kind)
+
+    def trace_id(self) -> str | None:
+        """The current span's trace id, if it is recorded."""
+        context = trace.get_current_span().get_span_context()
+        return format(context.trace_id, "032x") if context.is_valid else None
+
+    def span_ids(self) -> tuple[str, str] | None:
+        """The current span's trace and span ids, if it is recorded."""
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+    def audit_append(self, sink: Any, kind: str, payload: Mapping[str, object], durable: bool | None) -> str:
+        """One audit append as a span; the record gains the trace id when there is one."""
+        with self.span("stockade.audit.append", {"stockade.audit.kind": kind}, None) as span:
+            trace_id = self.trace_id()
+            if trace_id is not None and "trace_id" not in payload:
+                payload = {**payload, "trace_id": trace_id}
+            record_id: str = sink.append(kind, payload, durable=durable)
+            span.set("stockade.audit.record", record_id)
+            return record_id
+
+    def egress(self, port: Any, records: Any) -> TracedEgress:
+        """``port`` with one CLIENT span per request (see :func:`host.observe.egress`)."""
+        return TracedEgress(self, port, records)
+
+
+@final
+class TracedEgress:
+    """An egress port whose every request is a span built from its audit records.
+
+    The attributes come from the records the egress session keeps for the audit log (host
+    already redacted; no path, no query, no header), one span per guest request with one
+    ``stockade.egress.redirect`` event per redirect hop it followed.
+    """
+
+    __slots__ = ("_inner", "_live", "_records")
+
+    def __init__(self, live: Live, inner: Any, records: Any) -> None:
+        self._live = live
+        self._inner = inner
+        self._records = records
+
+    def send(self, request: Any) -> Any:
+        """Send through the wrapped port inside a span."""
+        before = self._count()
+        method = request.method if request.method in _METHODS else "_OTHER"
+        attributes = {"http.request.method": method}
+        with self._live.span("stockade.egress", attributes, None, SpanKind.CLIENT) as span:
+            answer = self._inner.send(request)
+            hops = self._hops(before)
+            status = getattr(answer, "status", None)
+            outcome = "ok" if status is not None else str(getattr(answer, "kind", "failed"))
+            for hop in hops[:-1]:
+                span.event("stockade.egress.redirect", {
+                    "server.address": hop.host, "http.request.method": hop.method,
+                    "http.response.status_code": hop.status or 0,
+                })  # fmt: skip
+            if hops:
+                last = hops[-1]
+                outcome = last.outcome
+                span.set("server.address", last.host)
+            span.set("stockade.egress.outcome", outcome)
+            span.set("stockade.egress.redirects", max(len(hops) - 1, 0))
+            span.set("stockade.egress.bytes_sent", sum(h.bytes_sent for h in hops))
+            span.set("stockade.egress.bytes_received", sum(h.bytes_received for h in hops))
+            if status is not None:
+                span.set("http.response.status_code", status)
+            if outcome != "ok":
+                span.fail(outcome.split(":", 1)[0])
+            return answer
+
+    def _count(self) -> int:
+        usage = getattr(self._records, "usage", None)
+        return 0 if usage is None else len(usage.requests)
+
+    def _hops(self, before: int) -> list[Any]:
+        usage = getattr(self._records, "usage", None)
+        return [] if usage is None else list(usage.requests[before:])
