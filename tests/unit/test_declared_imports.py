@@ -129,6 +129,11 @@ def test_one_http_stack_neither_imported_nor_declared() -> None:
     # host/ and sdk/ speak HTTP through httpx2/httpcore2 only, and no extra pulls the former stack in.
     assert not FORMER_STACK & set(_imports())
     assert not FORMER_STACK & _declared()
+    # Nor does any dependency: the CI lock resolves every extra, on every Python, without it.
+    locked = {canonicalize_name(Requirement(line).name)
+              for line in (REPO / ".ci" / "constraints.txt").read_text("utf-8").splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert {"httpx2", "httpcore2"} <= locked and not FORMER_STACK & locked
 
 
 def test_one_http_stack_loaded_by_every_http_client_of_the_host() -> None:
