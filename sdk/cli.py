@@ -3,7 +3,7 @@
 Each subcommand lives in ``sdk/commands/<name>.py`` with ``register(subparsers)``; its
 parsers set ``func(args) -> int``. The list of commands is ``sdk.commands.COMMANDS``;
 only the module of the command being run is imported, so ``stockade --help`` and light
-commands start fast: nothing here imports wasmtime, httpx, pydantic or
+commands start fast: nothing here imports wasmtime, httpx2, pydantic or
 rich.
 
 Global options, accepted anywhere on the command line before a ``--``: ``--json``

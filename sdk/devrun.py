@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.canonical import canonical_json
@@ -154,15 +154,15 @@ def allow_entry(spec: str) -> dict[str, Any]:
     }
 
 
-class _Recording(httpx.BaseTransport):
+class _Recording(httpx2.BaseTransport):
     """Delegates to the host's pinned transport and records each request, secrets hidden."""
 
-    def __init__(self, inner: httpx.BaseTransport, hide: _Secrets, sink: list[DevRequest]) -> None:
+    def __init__(self, inner: httpx2.BaseTransport, hide: _Secrets, sink: list[DevRequest]) -> None:
         self._inner = inner
         self._hide = hide
         self._sink = sink
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         url = self._hide.text(str(request.url))
         headers = tuple((self._hide.text(n), self._hide.text(v)) for n, v in request.headers.multi_items())
         try:
@@ -298,7 +298,7 @@ def dev_run(
         requests: list[DevRequest] = []
         inner = network or pinned_transport_factory(ca_file=None)
 
-        def transport(pins: Pins) -> httpx.BaseTransport:
+        def transport(pins: Pins) -> httpx2.BaseTransport:
             return _Recording(inner(pins), hide, requests)
 
         started = time.monotonic()

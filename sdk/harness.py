@@ -5,7 +5,7 @@ directory) into a real :class:`host.Host`: a lock of generation 1 in a temporary
 workspace, a policy file allowing every permission the package's tools need, an
 encrypted secrets store with a random master key and a hash-chained audit log. Only the
 network is replaced: the resolver answers every name with one fixed public address
-(:data:`SCRIPTED_ADDRESS`) and the transport is an ``httpx.MockTransport`` that answers
+(:data:`SCRIPTED_ADDRESS`) and the transport is an ``httpx2.MockTransport`` that answers
 from your routes, so nothing ever connects anywhere. The egress policy (allowlist, DNS
 vetting, header hygiene), the credential router, redirects, size and time limits,
 response redaction, the sandbox limits, approvals and the audit log all run unchanged.
@@ -13,7 +13,7 @@ response redaction, the sandbox limits, approvals and the audit log all run unch
 Routes map ``(METHOD, URL)`` to a :class:`Response`, or to a callable receiving the
 :class:`RecordedRequest` and returning one. A request is matched first by its full URL
 (query included), then by its URL without the query; the URL is compared as
-``httpx.URL`` spells it (so ``https://h/a b`` and ``https://h/a%20b`` are one route).
+``httpx2.URL`` spells it (so ``https://h/a b`` and ``https://h/a%20b`` are one route).
 An unmatched request gets ``404 {"error": "no scripted route"}``; with ``strict=True``
 :meth:`Harness.call` also raises :class:`UnscriptedRequest` after the call.
 
@@ -62,7 +62,7 @@ from types import TracebackType
 from typing import Any, Final, final
 from urllib.parse import quote, quote_plus, urlsplit
 
-import httpx
+import httpx2
 
 from host import CallRequest, CallResult, FilePolicyEngine, Host, HostConfig, InvocationPlan, Principal
 from host.canonical import canonical_json
@@ -184,7 +184,7 @@ class RecordedRequest:
     @property
     def query(self) -> dict[str, str]:
         """The query parameters (last value wins)."""
-        return dict(httpx.URL(self.url).params.multi_items())
+        return dict(httpx2.URL(self.url).params.multi_items())
 
     @property
     def text(self) -> str:
@@ -214,9 +214,9 @@ Route = Response | Callable[[RecordedRequest], Response]
 
 
 def route(method: str, url: str) -> tuple[str, str]:
-    """The key of a route: the method upper-cased and the URL as ``httpx.URL`` spells it
+    """The key of a route: the method upper-cased and the URL as ``httpx2.URL`` spells it
     (scheme and host lower-cased, a default port dropped, unsafe characters escaped)."""
-    parsed = httpx.URL(url)
+    parsed = httpx2.URL(url)
     if parsed.port is not None and parsed.port == _DEFAULT_PORTS.get(parsed.scheme):
         parsed = parsed.copy_with(port=None)
     return (method.upper(), str(parsed))
@@ -231,7 +231,7 @@ def default_harness_cache() -> Path:
     return cache_root()
 
 
-class _Body(httpx.SyncByteStream):
+class _Body(httpx2.SyncByteStream):
     """A response body delivered in chunks, as a socket would."""
 
     def __init__(self, data: bytes) -> None:
@@ -393,17 +393,17 @@ class Harness:
     def _resolve(self, host: str) -> list[str]:
         return [self._address]
 
-    def _transport(self, pins: Pins) -> httpx.BaseTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
+    def _transport(self, pins: Pins) -> httpx2.BaseTransport:
+        def handler(request: httpx2.Request) -> httpx2.Response:
             return self._answer(pins, request)
 
-        return httpx.MockTransport(handler)
+        return httpx2.MockTransport(handler)
 
-    def _answer(self, pins: Pins, request: httpx.Request) -> httpx.Response:
+    def _answer(self, pins: Pins, request: httpx2.Request) -> httpx2.Response:
         url = request.url
         port = url.port or _DEFAULT_PORTS.get(url.scheme, 0)
         if not pins.addresses(url.host, port):  # the pinned transport's invariant
-            raise httpx.ConnectError(f"{url.host}:{port} was not vetted", request=request)
+            raise httpx2.ConnectError(f"{url.host}:{port} was not vetted", request=request)
         recorded = RecordedRequest(
             method=request.method,
             url=self._secrets.text(str(url)),
@@ -419,7 +419,7 @@ class Harness:
                 self.unmatched.append(recorded)
         if answer is None:
             message = f"no scripted route for {recorded.method} {recorded.url}"
-            return httpx.Response(404, json={"error": "no scripted route", "detail": message})
+            return httpx2.Response(404, json={"error": "no scripted route", "detail": message})
         if not isinstance(answer, Response):
             try:
                 answer = answer(recorded)
@@ -428,12 +428,12 @@ class Harness:
             except Exception as exc:  # surfaced by call(), not into the sandbox
                 with self._lock:
                     self._errors.append(exc)
-                return httpx.Response(500, json={"error": "the route function raised"})
+                return httpx2.Response(500, json={"error": "the route function raised"})
         headers = list(answer.headers)
         if not any(n.lower() in ("content-length", "transfer-encoding") for n, _ in headers):
             headers.append(("Content-Length", str(len(answer.body))))
         # Streamed like a network response, so the host counts and bounds it as it reads.
-        return httpx.Response(answer.status, headers=headers, stream=_Body(answer.body))
+        return httpx2.Response(answer.status, headers=headers, stream=_Body(answer.body))
 
     def _lookup(self, recorded: RecordedRequest) -> Route | None:
         # Keys written straight into self.routes are normalized here as route() does.

@@ -1,4 +1,4 @@
-"""A minimal OCI distribution client for Stockade bundles (docs/design.md §12), over httpx.
+"""A minimal OCI distribution client for Stockade bundles (docs/design.md §12), over httpx2.
 
 Why not the ``oras`` package (oras-py 0.2.x, read for this decision): its ``get_manifest``
 returns ``response.json()`` — the parsed document, not the bytes — so the manifest's
@@ -9,7 +9,7 @@ names from the registry's ``org.opencontainers.image.title`` annotations; reques
 sent without a timeout (a hanging registry hangs the pull) and retried with sleeps up to
 five times. It also brings ``requests`` and ``jsonschema`` as a second HTTP stack. What a
 Stockade pull needs is a handful of distribution-spec calls with every byte verified
-before anything is written, so this module implements exactly those on httpx (already a
+before anything is written, so this module implements exactly those on httpx2 (already a
 dependency), following the OCI distribution spec v1.1:
 
 - ``GET /v2/<name>/manifests/<tag|digest>`` — bounded read, sha256 of the exact bytes;
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
-import httpx
+import httpx2
 
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.errors import DigestMismatch, RegistryRefused, RegistryUnavailable
@@ -174,18 +174,18 @@ class RegistryCredential:
         return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
-def _decoded(response: httpx.Response, limit: int) -> Iterator[bytes]:
+def _decoded(response: httpx2.Response, limit: int) -> Iterator[bytes]:
     """The body decoded under the host's one decoding policy (:mod:`host.egress.decoding`).
 
     The client asks for ``Accept-Encoding: identity``; a registry that compresses anyway
     gets one ``gzip`` or ``deflate`` layer decoded, in bounded steps, with the decoded
-    bytes counted against ``limit`` (httpx's own decoders are unbounded: 1 KB of
+    bytes counted against ``limit`` (httpx2's own decoders are unbounded: 1 KB of
     ``gzip, gzip`` would become gigabytes before any size check).
 
     Raises:
         BodyTooLarge: more than ``limit`` decoded bytes, or a bomb's ratio.
         ResponseInvalid: stacked or unknown codings, corrupt compressed data.
-        httpx.HTTPError: the transfer failed.
+        httpx2.HTTPError: the transfer failed.
     """
     decoder = BodyDecoder.for_encodings(response.headers.get_list("content-encoding"), limit=limit)
     for raw in response.iter_raw(_CHUNK):
@@ -193,7 +193,7 @@ def _decoded(response: httpx.Response, limit: int) -> Iterator[bytes]:
     yield from decoder.finish()
 
 
-def _read_limited(response: httpx.Response, limit: int) -> bytes:
+def _read_limited(response: httpx2.Response, limit: int) -> bytes:
     """At most ``limit`` decoded bytes of a streamed body (the rest is never read or decoded)."""
     data = bytearray()
     try:
@@ -227,7 +227,7 @@ class RegistryClient:
         ca_file: a PEM file of extra CA certificates to trust (the system store is kept).
         timeout_s: per-request timeout in seconds.
         deadline_s: limit in seconds for one whole transfer.
-        transport: an httpx transport (tests only); ``None`` uses the default.
+        transport: an httpx2 transport (tests only); ``None`` uses the default.
     """
 
     def __init__(
@@ -256,9 +256,9 @@ class RegistryClient:
         context = ssl.create_default_context()
         if ca_file is not None:
             context.load_verify_locations(cafile=str(ca_file))
-        self._client = httpx.Client(
+        self._client = httpx2.Client(
             verify=context,
-            timeout=httpx.Timeout(timeout_s),
+            timeout=httpx2.Timeout(timeout_s),
             follow_redirects=False,
             trust_env=False,
             headers={"User-Agent": "stockade-oci/1", "Accept-Encoding": "identity"},
@@ -397,7 +397,7 @@ class RegistryClient:
                 return self._read_body(response, limit, what, started, exact=exact)
         raise RegistryRefused(f"more than {MAX_REDIRECTS} redirects fetching the {what}", status=310)
 
-    def _redirect_target(self, url: str, response: httpx.Response) -> str:
+    def _redirect_target(self, url: str, response: httpx2.Response) -> str:
         target = urllib.parse.urljoin(url, str(response.headers.get("location", "")))
         if not target.startswith("https://") and not target.startswith(f"{self._base}/"):
             raise RegistryRefused(
@@ -407,7 +407,7 @@ class RegistryClient:
         return target
 
     def _read_body(
-        self, response: httpx.Response, limit: int, what: str, started: float, *, exact: bool
+        self, response: httpx2.Response, limit: int, what: str, started: float, *, exact: bool
     ) -> bytes:
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -438,7 +438,7 @@ class RegistryClient:
                 "nothing was written",
                 status=response.status_code,
             ) from None
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise self._unavailable(exc, what) from None
         if exact and total != limit:
             raise DigestMismatch(
@@ -457,7 +457,7 @@ class RegistryClient:
         scope: str,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
-    ) -> Iterator[httpx.Response]:
+    ) -> Iterator[httpx2.Response]:
         """Send once, answer one auth challenge, and yield the (streaming) response."""
         base_headers = dict(headers or {})
         same_origin = url.startswith(f"{self._base}/")
@@ -469,7 +469,7 @@ class RegistryClient:
             request = self._client.build_request(method, url, content=content, headers=request_headers)
             try:
                 response = self._client.send(request, stream=True)
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 raise self._unavailable(exc, "request") from None
             try:
                 if response.status_code == 401 and attempt == 0 and same_origin:
@@ -525,7 +525,7 @@ class RegistryClient:
                 body = _read_limited(response, MAX_TOKEN_BYTES)
             finally:
                 response.close()
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise self._unavailable(exc, "token") from None
         try:
             document = json.loads(body)
@@ -536,7 +536,7 @@ class RegistryClient:
             raise RegistryRefused(f"the token service of {self.registry} sent no token", status=401)
         return SecretValue(token)
 
-    def _check(self, response: httpx.Response, what: str) -> None:
+    def _check(self, response: httpx2.Response, what: str) -> None:
         status = response.status_code
         if status < 300:
             return
@@ -553,20 +553,20 @@ class RegistryClient:
         )
 
     @staticmethod
-    def _error_code(response: httpx.Response) -> str:
+    def _error_code(response: httpx2.Response) -> str:
         """The first OCI error code of the body (``MANIFEST_UNKNOWN``), never its free text."""
         try:
             first = json.loads(_read_limited(response, MAX_TOKEN_BYTES))["errors"][0]["code"]
-        except (ValueError, KeyError, IndexError, TypeError, httpx.HTTPError):
+        except (ValueError, KeyError, IndexError, TypeError, httpx2.HTTPError):
             return ""
         return first if isinstance(first, str) and _ERROR_CODE_RE.fullmatch(first) else ""
 
-    def _unavailable(self, exc: httpx.HTTPError, what: str) -> RegistryUnavailable:
-        if isinstance(exc, httpx.TimeoutException):
+    def _unavailable(self, exc: httpx2.HTTPError, what: str) -> RegistryUnavailable:
+        if isinstance(exc, httpx2.TimeoutException):
             reason = "did not answer in time"
-        elif isinstance(exc, httpx.ConnectError) and ("SSL" in str(exc) or "TLS" in str(exc)):
+        elif isinstance(exc, httpx2.ConnectError) and ("SSL" in str(exc) or "TLS" in str(exc)):
             reason = "failed the TLS handshake (plain HTTP registries need --insecure-registry HOST:PORT)"
-        elif isinstance(exc, httpx.ConnectError):
+        elif isinstance(exc, httpx2.ConnectError):
             reason = "could not be reached"
         else:
             reason = f"broke the connection ({type(exc).__name__})"

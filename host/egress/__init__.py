@@ -16,8 +16,8 @@ from host.egress.urls import DenyReason
 if _typing.TYPE_CHECKING:
     from host.egress.session import EgressSession, EgressUsage, RequestRecord
 
-# The session (and httpx under it) is imported on first use (PEP 562): importing
-# host.egress.urls, as host.formats.manifest does, must not cost httpx's import time, which every
+# The session (and httpx2 under it) is imported on first use (PEP 562): importing
+# host.egress.urls, as host.formats.manifest does, must not cost httpx2's import time, which every
 # command reading a manifest (``inspect``, ``lock verify``) would pay.
 _LAZY: dict[str, str] = {
     "EgressSession": "host.egress.session",

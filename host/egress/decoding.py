@@ -156,7 +156,7 @@ class BodyDecoder:
                 piece = self._z.decompress(pending, DECODE_CHUNK)
             except zlib.error as exc:
                 if self._encoding == "deflate" and self._first and not self._raw_deflate:
-                    # Some servers send raw deflate without the zlib wrapper (as httpx allows).
+                    # Some servers send raw deflate without the zlib wrapper (as httpx2 allows).
                     self._raw_deflate = True
                     self._z = self._new()
                     continue
@@ -168,7 +168,7 @@ class BodyDecoder:
             if self._z.eof:
                 pending = self._z.unused_data + pending
                 if not pending or self._encoding != "gzip":
-                    # deflate has one stream; bytes after it are ignored, like httpx does.
+                    # deflate has one stream; bytes after it are ignored, like httpx2 does.
                     return
                 self._z = self._new()  # a further gzip member (RFC 1952 §2.2)
                 continue

@@ -26,7 +26,7 @@ redacted. Steps, in order, for each request:
    secret that is missing is ``credential-unavailable`` (detail: the secret's name);
    two mappings writing one location, or a guest header or query parameter that is an
    injected one in another spelling, are ``denied`` ("credential conflict").
-7. Send an ``httpx.Request`` straight to the transport (no ``httpx.Client``: nothing
+7. Send an ``httpx2.Request`` straight to the transport (no ``httpx2.Client``: nothing
    from the environment, no proxies, no automatic redirects, no cookie jar). Timeout:
    min(guest ``timeout_ms``, the call's remaining time, the manifest's
    ``http.timeout_ms``), one absolute deadline for the request and its redirects,
@@ -56,7 +56,7 @@ redacted. Steps, in order, for each request:
 Failures map as: ``EgressUnreachable`` → ``timeout`` (``dns_timeout``) or ``network``;
 ``EgressDenied`` → ``denied`` (``invalid-request`` for the reasons in
 :data:`~host.egress.hygiene.INVALID_REQUEST_REASONS`); ``CredentialUnavailable`` →
-``credential-unavailable``; httpx timeouts → ``timeout``; other transport, TLS and
+``credential-unavailable``; httpx2 timeouts → ``timeout``; other transport, TLS and
 protocol errors → ``network``.
 
 Example::
@@ -84,7 +84,7 @@ from types import TracebackType
 from typing import Final, Protocol
 from urllib.parse import urljoin
 
-import httpx
+import httpx2
 
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.egress.hygiene import (
@@ -97,7 +97,7 @@ from host.egress.hygiene import (
 from host.egress.policy import EgressPolicy, EgressTarget, Resolver
 from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
 from host.egress.router import CredentialMappingLike, CredentialRouter, apply_injections
-from host.egress.transport import Pins, TransportFactory, pinned_transport_factory
+from host.egress.transport import Pins, TransportFactory, checked_transport, pinned_transport_factory
 from host.egress.urls import normalize_url
 from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
 from host.redact import Redactor
@@ -218,6 +218,8 @@ class EgressSession:
 
     Raises:
         ValueError: a credential mapping is invalid, or ``max_requests`` is negative.
+        TypeError: ``transport_factory`` built something other than an ``httpx2.BaseTransport``
+            (a transport of the former ``httpx`` stack: see ``checked_transport``).
         OSError, ssl.SSLError: ``ca_file`` cannot be loaded.
     """
 
@@ -251,10 +253,10 @@ class EgressSession:
         self._redactor = redactor
         self._pins = Pins()
         factory = transport_factory or pinned_transport_factory(ca_file=ca_file)
-        # Requests go straight to the transport, never through httpx.Client: nothing is
+        # Requests go straight to the transport, never through httpx2.Client: nothing is
         # read from the environment (proxies, CA paths: trust_env is moot), there is no
         # cookie jar carrying state between hosts, and no redirect machinery at all.
-        self._transport = factory(self._pins)
+        self._transport = checked_transport(factory(self._pins))
         # Close pooled sockets even if the owner forgets close() (no ResourceWarning).
         self._finalizer = weakref.finalize(self, self._transport.close)
         self._calls = 0
@@ -415,7 +417,7 @@ class EgressSession:
         body: bytes | None,
         *,
         deadline: float,
-    ) -> httpx.Response:
+    ) -> httpx2.Response:
         try:
             addresses = self._vet(target, deadline)
             url = target.normalized()
@@ -437,21 +439,21 @@ class EgressSession:
         if not self._finalizer.alive:
             raise _Refused("network", "the egress session is closed")
         try:
-            request = httpx.Request(
+            request = httpx2.Request(
                 hop.method,
                 send_url,
                 headers=_with_defaults(send_headers),
                 content=body,
-                extensions={"timeout": httpx.Timeout(remaining).as_dict()},
+                extensions={"timeout": httpx2.Timeout(remaining).as_dict()},
             )
             hop.dispatched = True
             response = self._transport.handle_request(request)
             response.request = request
-        except httpx.TimeoutException:
+        except httpx2.TimeoutException:
             raise _Refused("timeout", "the request timed out") from None
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise _Refused("network", f"request failed: {exc}") from None
-        except httpx.InvalidURL as exc:
+        except httpx2.InvalidURL as exc:
             raise _Refused("invalid-request", f"request cannot be sent: {exc}") from None
         hop.status = response.status_code
         if len(response.headers.raw) > MAX_RESPONSE_HEADERS:
@@ -479,7 +481,7 @@ class EgressSession:
             self._vetted[target.host] = addresses
         return addresses
 
-    def _finish(self, response: httpx.Response, deadline: float, hop: _Hop) -> HttpResponse:
+    def _finish(self, response: httpx2.Response, deadline: float, hop: _Hop) -> HttpResponse:
         try:
             body = self._read_body(response, deadline)
         finally:
@@ -496,10 +498,10 @@ class EgressSession:
         self._record(hop, "ok")
         return result
 
-    def _read_body(self, response: httpx.Response, deadline: float) -> bytes:
+    def _read_body(self, response: httpx2.Response, deadline: float) -> bytes:
         """Stream, decode (bounded) and collect the body under the response bounds.
 
-        Raw bytes are read with ``iter_raw`` (httpx's own decoders are unbounded) and
+        Raw bytes are read with ``iter_raw`` (httpx2's own decoders are unbounded) and
         decoded here by :class:`BodyDecoder`: at most ``limit`` decoded bytes plus one
         chunk are ever held.
         """
@@ -510,8 +512,8 @@ class EgressSession:
         raws: Iterable[bytes]
         try:
             if response.is_stream_consumed:
-                # An in-memory response from a harness transport (httpx.MockTransport):
-                # httpx already decoded it; only the limit applies.
+                # An in-memory response from a harness transport (httpx2.MockTransport):
+                # httpx2 already decoded it; only the limit applies.
                 decoder, raws = BodyDecoder("identity", limit=limit), (response.content,)
             else:
                 encodings = response.headers.get_list("content-encoding")
@@ -533,9 +535,9 @@ class EgressSession:
             raise _Refused("too-large", str(exc)) from None
         except ResponseInvalid as exc:
             raise _Refused("network", f"response refused: {exc}", "network:response_invalid") from None
-        except httpx.TimeoutException:
+        except httpx2.TimeoutException:
             raise _Refused("timeout", "the response did not finish before the deadline") from None
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise _Refused("network", f"reading the response failed: {exc}") from None
         return bytes(body)
 
@@ -577,7 +579,7 @@ def _denied(exc: EgressDenied, *, redirect: bool = False) -> _Refused:
     return _Refused(kind, exc.message, f"{kind}:{reason}")
 
 
-def _redirect_location(response: httpx.Response) -> str | None:
+def _redirect_location(response: httpx2.Response) -> str | None:
     if response.status_code not in _REDIRECTS:
         return None
     locations = response.headers.get_list("location")

@@ -34,7 +34,7 @@ Invariants (refuse, never repair):
   upper-cased (RFC 3986 §6.2.2), then ``.`` and ``..`` are resolved (§5.2.4), so
   ``%2e%2E`` is ``..``. An empty path is ``/``.
 * Query: kept as written, but every ``%`` must start a valid escape and only printable
-  ASCII other than ``"``, ``<`` and ``>`` is allowed, so httpx sends it unchanged.
+  ASCII other than ``"``, ``<`` and ``>`` is allowed, so httpx2 sends it unchanged.
   The fragment is dropped.
 
 Example::

@@ -11,8 +11,8 @@ from the pieces :mod:`host.egress` uses for guest requests:
 - **SSRF guard**: the host name is resolved once per connection through the host's
   resolver port and vetted by :meth:`~host.egress.EgressPolicy.vet` (every address
   public; loopback only with ``HostConfig.unsafe_allow_loopback``); the sockets are opened
-  only to those addresses (:class:`PinnedAsyncBackend`, the async twin of
-  :class:`host.egress.transport.PinnedBackend`), so DNS rebinding cannot move them; TLS
+  only to those addresses (:class:`host.egress.transport.PinnedAsyncBackend`, the async
+  form of the one pinned backend guest egress uses), so DNS rebinding cannot move them; TLS
   verifies the certificate against the system store plus ``HostConfig.extra_ca_file``
   and the host name (:func:`host.egress.transport.tls_context`);
 - **credentials**: the declared secrets are added as headers here, by the host; the SDK,
@@ -45,8 +45,8 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Final
 
 import anyio
 import httpcore2
@@ -54,7 +54,7 @@ import httpx2
 
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.egress.policy import EgressPolicy, EgressTarget
-from host.egress.transport import Pins, tls_context
+from host.egress.transport import PinnedAsyncBackend, Pins, tls_context
 from host.egress.urls import normalize_url
 from host.errors import EgressDenied, McpUnavailable, StockadeError
 from host.mcpsource.rpc import McpNetwork
@@ -79,45 +79,6 @@ def endpoint_policy(url: str) -> EgressPolicy:
         "scheme": target.scheme, "host": target.host, "port": target.port,
         "path_prefix": target.path, "methods": list(METHODS),
     }])
-
-
-class PinnedAsyncBackend(httpcore2.AsyncNetworkBackend):
-    """An ``httpcore2`` backend that connects only to the pinned, vetted addresses.
-
-    Raises (from :meth:`connect_tcp`):
-        httpcore2.ConnectError: ``host:port`` was not vetted, or no address answered.
-    """
-
-    def __init__(self, pins: Pins, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
-        self._pins = pins
-        self._inner = inner if inner is not None else httpcore2.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        addresses = self._pins.addresses(host, port)
-        if not addresses:
-            raise httpcore2.ConnectError(f"{host}:{port} was not vetted; refusing to connect")
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                failure = exc
-        raise httpcore2.ConnectError(f"could not connect to {host}:{port}: {failure}")
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore2.AsyncNetworkStream:
-        raise httpcore2.ConnectError("unix sockets are not reachable from egress")
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
 
 
 class _BoundedBody(httpx2.AsyncByteStream):

@@ -4,7 +4,7 @@ To add a command ``frob``: write ``sdk/commands/frob.py`` with ``register(sub)``
 its parser with ``sub.add_parser("frob", ...)`` and sets ``func(args) -> int``), then add
 one :class:`Command` line below. ``sdk.cli`` imports only the module of the command being
 run (start-up time: ``stockade --help`` stays cheap), so a command module may import heavy libraries
-(wasmtime, httpx, rich) at its top; this package must not. ``tests/cli/test_cli_basics.py``
+(wasmtime, httpx2, rich) at its top; this package must not. ``tests/cli/test_cli_basics.py``
 checks that every module here with a ``register(sub)`` is listed (shared helpers are
 best named with a leading ``_``).
 

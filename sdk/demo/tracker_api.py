@@ -48,8 +48,8 @@ from types import TracebackType
 from typing import Any, Final
 from urllib.parse import unquote
 
-import httpcore
-import httpx
+import httpcore2
+import httpx2
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -377,12 +377,12 @@ def demo_resolver(host: str) -> list[str]:
     raise OSError(f"{host}: not a demo name (the demo never queries real DNS)")
 
 
-class _LoopbackPortMap(httpcore.NetworkBackend):
+class _LoopbackPortMap(httpcore2.NetworkBackend):
     """Under the pin check: open loopback connections on the demo server's port."""
 
     def __init__(self, port_map: Mapping[int, int]) -> None:
         self._map = dict(port_map)
-        self._inner = httpcore.SyncBackend()
+        self._inner = httpcore2.SyncBackend()
 
     def connect_tcp(
         self,
@@ -391,14 +391,14 @@ class _LoopbackPortMap(httpcore.NetworkBackend):
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
+    ) -> httpcore2.NetworkStream:
         """Connect to a *loopback* vetted address, on the mapped port.
 
         Raises:
-            httpcore.ConnectError: the address is not loopback (the demo reaches nothing else).
+            httpcore2.ConnectError: the address is not loopback (the demo reaches nothing else).
         """
         if not ipaddress.ip_address(host).is_loopback:
-            raise httpcore.ConnectError(f"the demo transport only reaches loopback, not {host}")
+            raise httpcore2.ConnectError(f"the demo transport only reaches loopback, not {host}")
         mapped = self._map.get(port, port)
         return self._inner.connect_tcp(host, mapped, timeout, local_address, socket_options)
 
@@ -419,7 +419,7 @@ def demo_transport_factory(*, ca_file: Path, https_port: int) -> TransportFactor
     """
     context = tls_context(ca_file)
 
-    def factory(pins: Pins) -> httpx.BaseTransport:
+    def factory(pins: Pins) -> httpx2.BaseTransport:
         return PinnedTransport(pins, ssl_context=context, socket_backend=_LoopbackPortMap({443: https_port}))
 
     return factory

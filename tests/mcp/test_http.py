@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import mcp
 import pytest
@@ -133,8 +132,8 @@ def served(world: World) -> Iterator[Served]:
         yield server
 
 
-def post(served: Served, **headers: str) -> httpx.Response:
-    return httpx.post(served.url, json=INITIALIZE, headers=HEADERS | headers, timeout=30)
+def post(served: Served, **headers: str) -> httpx2.Response:
+    return httpx2.post(served.url, json=INITIALIZE, headers=HEADERS | headers, timeout=30)
 
 
 def test_request_without_token_is_401(served: Served) -> None:
@@ -206,7 +205,7 @@ def test_tokens_file_keeps_only_salted_hashes(served: Served) -> None:
 def test_closing_the_http_stream_cancels_the_running_guest(served: Served, world: World) -> None:
     token, _ = served.tokens.add(project="p", subject="alice", ttl_s=3600)
     auth = HEADERS | {"Authorization": f"Bearer {token}"}
-    with httpx.Client(timeout=60) as http:
+    with httpx2.Client(timeout=60) as http:
         opened = http.post(served.url, json=INITIALIZE, headers=auth)
         session = auth | {
             "mcp-session-id": opened.headers["mcp-session-id"],

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import anyio
-import httpx
+import httpx2
 import pytest
 
 from host.mcp.tokens import TokenFile
@@ -27,9 +27,9 @@ def tokens(world: World) -> TokenFile:
     return TokenFile(world.state / "tokens.json")
 
 
-def _open_session(served: Served, token: str) -> httpx.Response:
+def _open_session(served: Served, token: str) -> httpx2.Response:
     headers = HEADERS | {"Authorization": f"Bearer {token}"}
-    return httpx.post(served.url, json=INITIALIZE, headers=headers, timeout=30)
+    return httpx2.post(served.url, json=INITIALIZE, headers=headers, timeout=30)
 
 
 def test_one_principal_opening_its_max_sessions_leaves_others_served(world: World, tokens: TokenFile) -> None:
@@ -51,7 +51,7 @@ def test_one_principal_opening_its_max_sessions_leaves_others_served(world: Worl
         time.sleep(4)  # the documented idle expiry frees alice's sessions
         gone = opened[0].headers["mcp-session-id"]
         probe = HEADERS | {"Authorization": f"Bearer {alice}", "mcp-session-id": gone}
-        assert httpx.post(served.url, json=INITIALIZE, headers=probe, timeout=30).status_code == 404
+        assert httpx2.post(served.url, json=INITIALIZE, headers=probe, timeout=30).status_code == 404
         assert _open_session(served, alice).status_code == 200
 
 

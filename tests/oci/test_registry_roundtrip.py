@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from host import CallRequest, FilePolicyEngine, Host, HostConfig
@@ -85,7 +85,7 @@ def test_pushed_artifact_has_stockade_media_types_and_annotations(
     write_private_key(key, pem)
     pinned = _push(cli, bundle.directory, f"{repo}:1.0.0", "--insecure-registry", registry.address, "--key", str(key))
     path, digest = pinned.split("/", 1)[1].split("@")
-    raw = httpx.get(f"http://{registry.address}/v2/{path}/manifests/{digest}",
+    raw = httpx2.get(f"http://{registry.address}/v2/{path}/manifests/{digest}",
                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).content
     manifest = json.loads(raw)
     assert manifest["artifactType"] == ARTIFACT_TYPE

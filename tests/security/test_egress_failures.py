@@ -2,7 +2,7 @@
 
 Real loopback servers where the failure can be produced for real (two ``Location``
 headers, a connection reset in the middle of a body); a transport that raises where
-httpx itself must be made to fail (``InvalidURL`` cannot come from a normalized URL).
+httpx2 itself must be made to fail (``InvalidURL`` cannot come from a normalized URL).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import socket
 import struct
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from host.egress.port import HttpFailure
@@ -71,25 +71,25 @@ def test_connection_reset_mid_body_is_a_network_failure(servers: ServerSet) -> N
     assert [r.outcome for r in session.usage.requests] == ["network"]
 
 
-class _Raising(httpx.BaseTransport):
+class _Raising(httpx2.BaseTransport):
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         raise self.error
 
 
 @pytest.mark.parametrize(
     ("error", "kind", "detail"),
     [
-        (httpx.InvalidURL("bad host"), "invalid-request", "request cannot be sent: bad host"),
-        (httpx.ReadError("connection reset by peer"), "network", "request failed: connection reset by peer"),
-        (httpx.ReadTimeout("slow"), "timeout", "the request timed out"),
+        (httpx2.InvalidURL("bad host"), "invalid-request", "request cannot be sent: bad host"),
+        (httpx2.ReadError("connection reset by peer"), "network", "request failed: connection reset by peer"),
+        (httpx2.ReadTimeout("slow"), "timeout", "the request timed out"),
     ],
     ids=["invalid-url", "read-error", "read-timeout"],
 )
 def test_transport_errors_map_to_their_failure_kind(error: Exception, kind: str, detail: str) -> None:
-    def factory(pins: Pins) -> httpx.BaseTransport:
+    def factory(pins: Pins) -> httpx2.BaseTransport:
         return _Raising(error)
 
     with make_session(allow=[allow(API, 8080)], resolver=_resolver(), transport_factory=factory) as session:

@@ -197,7 +197,7 @@ def _early_hints(count: int) -> Callable[[Exchange], None]:
 
 
 def test_endless_early_hints_stream_cut_at_informational_cap(servers: ServerSet) -> None:
-    # 200,000 interim heads keep an uncapped client reading for many seconds (httpcore skips
+    # 200,000 interim heads keep an uncapped client reading for many seconds (httpcore2 skips
     # every 1xx but 101); the cap answers at once, long before the 30 s deadline.
     api = servers.new(routes={"/v1/hints": _early_hints(200_000)})
     with make_session(allow=[allow(API, api.port)], resolver=_resolver()) as session:

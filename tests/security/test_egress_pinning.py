@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpcore
-import httpx
+import anyio
+import httpcore2
+import httpx2
 import pytest
 
 from host.egress.port import HttpFailure, HttpResponse
-from host.egress.transport import PinnedBackend, PinnedTransport, Pins, tls_context
+from host.egress.transport import PinnedAsyncBackend, PinnedBackend, PinnedTransport, Pins, tls_context
 from tests.support.egress_session import FakeResolver, allow, bearer, get, make_session
 from tests.support.servers import LoopbackServer, ServerSet, echo
 from tests.support.tls import CertAuthority
@@ -91,17 +93,56 @@ def test_backend_never_connects_to_unvetted_host(servers: ServerSet) -> None:
     pins = Pins()
     pins.pin(API, api.port, ["127.0.0.1"])
     backend = PinnedBackend(pins)
-    with pytest.raises(httpcore.ConnectError, match="not vetted"):
+    with pytest.raises(httpcore2.ConnectError, match="not vetted"):
         backend.connect_tcp("127.0.0.1", api.port)  # the address itself was never vetted as a host
-    with pytest.raises(httpcore.ConnectError, match="not vetted"):
+    with pytest.raises(httpcore2.ConnectError, match="not vetted"):
         backend.connect_tcp(API, api.port + 1 if api.port < 65535 else 1)
-    with pytest.raises(httpcore.ConnectError, match="unix"):
+    with pytest.raises(httpcore2.ConnectError, match="unix"):
         backend.connect_unix_socket("/var/run/docker.sock")
     stream = backend.connect_tcp(API, api.port)
     try:
         assert stream.get_extra_info("server_addr")[0] == "127.0.0.1"
     finally:
         stream.close()
+
+
+def test_async_backend_never_connects_to_unvetted_host(servers: ServerSet) -> None:
+    # The MCP-source form of the pinned backend applies the same pin check.
+    api = servers.new(routes={"/v1/echo": echo()})
+    pins = Pins()
+    pins.pin(API, api.port, ["127.0.0.1"])
+    backend = PinnedAsyncBackend(pins)
+
+    async def main() -> str:
+        with pytest.raises(httpcore2.ConnectError, match="not vetted"):
+            await backend.connect_tcp("127.0.0.1", api.port)
+        with pytest.raises(httpcore2.ConnectError, match="not vetted"):
+            await backend.connect_tcp(API, api.port + 1 if api.port < 65535 else 1)
+        with pytest.raises(httpcore2.ConnectError, match="unix"):
+            await backend.connect_unix_socket("/var/run/docker.sock")
+        stream = await backend.connect_tcp(API, api.port)
+        try:
+            return str(stream.get_extra_info("server_addr")[0])
+        finally:
+            await stream.aclose()
+
+    assert anyio.run(main) == "127.0.0.1"
+
+
+def test_async_backend_refuses_to_connect_past_the_pins_deadline() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    pins = Pins()
+    pins.pin(API, port, ["127.0.0.1"])
+    pins.deadline = time.monotonic() - 1
+    try:
+        with pytest.raises(httpcore2.ConnectTimeout, match="deadline"):
+            anyio.run(PinnedAsyncBackend(pins).connect_tcp, API, port)
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nothing connected
+    finally:
+        listener.close()
 
 
 def test_https_with_test_ca_verifies_and_pins(servers: ServerSet, ca: CertAuthority) -> None:
@@ -206,18 +247,18 @@ def test_ipv6_vetted_address_is_connected(servers: ServerSet) -> None:
 
 
 def test_custom_transport_factory_still_gets_every_policy_check() -> None:
-    # A harness may replace the network with httpx.MockTransport; the allowlist, DNS
+    # A harness may replace the network with httpx2.MockTransport; the allowlist, DNS
     # vetting, hygiene and credential routing still run before it sees anything.
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     pins_given: list[Pins] = []
 
-    def handler(req: httpx.Request) -> httpx.Response:
+    def handler(req: httpx2.Request) -> httpx2.Response:
         seen.append(req)
-        return httpx.Response(200, headers={"Set-Cookie": "a=1"}, content=b"tok-mock-0123456789")
+        return httpx2.Response(200, headers={"Set-Cookie": "a=1"}, content=b"tok-mock-0123456789")
 
-    def factory(pins: Pins) -> httpx.BaseTransport:
+    def factory(pins: Pins) -> httpx2.BaseTransport:
         pins_given.append(pins)
-        return httpx.MockTransport(handler)
+        return httpx2.MockTransport(handler)
 
     resolver = FakeResolver({API: ["93.184.216.34"], "evil.example": ["93.184.216.35"]})
     with make_session(allow=[allow(API, None, scheme="https")], resolver=resolver,
@@ -230,6 +271,42 @@ def test_custom_transport_factory_still_gets_every_policy_check() -> None:
     (only,) = seen
     assert only.headers["Authorization"] == "Bearer tok-mock-0123456789"
     assert pins_given[0].addresses(API, 443) == ("93.184.216.34",)
+
+
+class _FormerStackTransport:
+    """Stands in for ``httpx.MockTransport`` of the former stack (httpx 0.x is not installed)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def handle_request(self, request: object) -> object:
+        self.requests += 1
+        raise AssertionError("a transport of the former stack must never be handed a request")
+
+    def close(self) -> None:
+        pass
+
+
+_FormerStackTransport.__module__ = "httpx._transports.mock"
+_FormerStackTransport.__qualname__ = "MockTransport"
+
+
+def test_former_httpx_transport_from_a_factory_is_refused_with_the_migration() -> None:
+    # A host app that still builds httpx (0.x) transports gets a TypeError naming the two
+    # ways over, before any request: never a half-working session on two stacks.
+    built: list[_FormerStackTransport] = []
+
+    def factory(pins: Pins) -> httpx2.BaseTransport:
+        built.append(_FormerStackTransport())
+        return built[-1]  # type: ignore[return-value]
+
+    resolver = FakeResolver({API: ["93.184.216.34"]})
+    with pytest.raises(TypeError, match=r"httpx\._transports\.mock\.MockTransport, not an httpx2\.BaseTransport") as info:
+        make_session(allow=[allow(API, None, scheme="https")], resolver=resolver,
+                     allow_loopback=False, transport_factory=factory)
+    assert "httpx2.alias_httpx()" in str(info.value) and "docs/host-apps.md" in str(info.value)
+    assert len(built) == 1 and built[0].requests == 0
+    assert resolver.calls == []
 
 
 def test_rebinding_between_two_requests_of_one_call_never_reaches_the_new_answer(servers: ServerSet) -> None:

@@ -2,7 +2,7 @@
 
 :func:`peak_rss_growth` resets the process's peak RSS (``VmHWM``, by writing ``5`` to
 ``/proc/self/clear_refs``), runs the work and returns how far the peak rose above the RSS
-before it: every allocation counts (C buffers of zlib, httpx and pydantic included), not
+before it: every allocation counts (C buffers of zlib, httpx2 and pydantic included), not
 only Python objects as with tracemalloc.
 """
 

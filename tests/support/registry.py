@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
+import httpx2
 
 from tests.support.tls import CertAuthority
 
@@ -136,12 +136,12 @@ class RegistryServer:
             if self.process.poll() is not None:
                 return False
             try:
-                status = httpx.get(
+                status = httpx2.get(
                     f"{self.scheme}://{self.address}/v2/", verify=verify, timeout=1
                 ).status_code
                 if status in (200, 401):
                     return True
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 pass
             time.sleep(0.05)  # readiness poll of a starting process, not synchronization of a test
         return False
@@ -195,7 +195,7 @@ class FaultProxy:
 
     def __post_init__(self) -> None:
         proxy = self
-        self._client = httpx.Client(
+        self._client = httpx2.Client(
             base_url=f"{self.upstream_scheme}://{self.upstream}",
             verify=ssl.create_default_context(cafile=str(self.upstream_ca)) if self.upstream_ca else False,
             timeout=30,

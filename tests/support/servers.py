@@ -23,7 +23,7 @@ Handlers may write anything through :class:`Exchange` (``respond``, ``start``,
 Example::
 
     with LoopbackServer(routes={"/v1/echo": echo()}) as server:
-        httpx.get(server.url("/v1/echo"))
+        httpx2.get(server.url("/v1/echo"))
         server.requests[0].headers
 """
 

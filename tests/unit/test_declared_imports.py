@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,3 +120,33 @@ def test_ci_run_installs_under_the_constraints() -> None:
     assert 'export PIP_CONSTRAINT="$PWD/.ci/constraints.txt"' in run
     assert run.index("export PIP_CONSTRAINT") < run.index('bash -c "set -euo pipefail; $cmd"')
     assert "PIP_CONSTRAINT" not in (REPO / "README.md").read_text("utf-8").split("<!-- test-command")[1][:400]
+
+
+FORMER_STACK = frozenset({"httpx", "httpcore"})  # unmaintained; httpx2/httpcore2 continue them
+
+
+def test_one_http_stack_neither_imported_nor_declared() -> None:
+    # host/ and sdk/ speak HTTP through httpx2/httpcore2 only, and no extra pulls the former stack in.
+    assert not FORMER_STACK & set(_imports())
+    assert not FORMER_STACK & _declared()
+    # Nor does any dependency: the CI lock resolves every extra, on every Python, without it.
+    locked = {canonicalize_name(Requirement(line).name)
+              for line in (REPO / ".ci" / "constraints.txt").read_text("utf-8").splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert {"httpx2", "httpcore2"} <= locked and not FORMER_STACK & locked
+
+
+def test_one_http_stack_loaded_by_every_http_client_of_the_host() -> None:
+    # Not even through a dependency: plugin egress, MCP sources over HTTP, `stockade serve`,
+    # the OCI client, the author harness and the demo leave the former stack unloaded
+    # (checked in a fresh interpreter, where the former stack may well be installed).
+    code = (
+        "import sys\n"
+        "import host.egress.session, host.mcpsource.http, host.mcp.transport\n"
+        "import sdk.oci, sdk.harness, sdk.devrun, sdk.demo.tracker_api, sdk.cli\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules})\n"
+        "print(' '.join(m for m in loaded if m.startswith(('httpx', 'httpcore'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["httpcore2", "httpx2"]

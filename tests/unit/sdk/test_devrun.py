@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from host.egress.transport import Pins
@@ -41,19 +41,19 @@ def echo_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def _network(seen: list[httpx.Request]):  # type: ignore[no-untyped-def]
-    def factory(pins: Pins) -> httpx.BaseTransport:
-        def answer(request: httpx.Request) -> httpx.Response:
+def _network(seen: list[httpx2.Request]):  # type: ignore[no-untyped-def]
+    def factory(pins: Pins) -> httpx2.BaseTransport:
+        def answer(request: httpx2.Request) -> httpx2.Response:
             seen.append(request)
-            return httpx.Response(200, text="pong")
+            return httpx2.Response(200, text="pong")
 
-        return httpx.MockTransport(answer)
+        return httpx2.MockTransport(answer)
 
     return factory
 
 
 def test_dev_call_records_requests_with_secret_placeholders_never_values(echo_bundle: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     outcome = dev_run(
         "echo.fetch", {"url": "https://api.echo.example/v1/bearer/x"}, bundle=echo_bundle,
         secrets={"bearer_token": TOKEN}, cache_dir=CACHE, resolver=lambda host: [PUBLIC],
@@ -70,7 +70,7 @@ def test_dev_call_records_requests_with_secret_placeholders_never_values(echo_bu
 
 
 def test_dev_keeps_the_packages_allowlist(echo_bundle: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     outcome = dev_run(
         "echo.fetch", {"url": "https://elsewhere.example/v1"}, bundle=echo_bundle,
         secrets={"bearer_token": TOKEN}, cache_dir=CACHE, resolver=lambda host: [PUBLIC],
@@ -81,7 +81,7 @@ def test_dev_keeps_the_packages_allowlist(echo_bundle: Path) -> None:
 
 
 def test_allow_host_widens_only_this_run(echo_bundle: Path) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     outcome = dev_run(
         "echo.fetch", {"url": "https://elsewhere.example/v1"}, bundle=echo_bundle,
         secrets={"bearer_token": TOKEN}, allow_hosts=["elsewhere.example"], cache_dir=CACHE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-import httpx
+import httpx2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -52,9 +52,9 @@ def test_url_refused_with_reason(case_id: str, url: str, reason: str) -> None:
 
 @pytest.mark.parametrize(("case_id", "url", "sent", "kind"), ACCEPTED, ids=_ids(ACCEPTED))
 def test_checked_url_is_exactly_what_httpx_sends(case_id: str, url: str, sent: str, kind: str) -> None:
-    # What the allowlist checked must be what goes on the wire: httpx must not
+    # What the allowlist checked must be what goes on the wire: httpx2 must not
     # re-encode, re-resolve dot segments or re-map the host of a normalized URL.
-    assert str(httpx.URL(sent)) == sent
+    assert str(httpx2.URL(sent)) == sent
 
 
 @pytest.mark.parametrize(("case_id", "url", "sent", "kind"), ACCEPTED, ids=_ids(ACCEPTED))
@@ -117,7 +117,7 @@ def test_normalize_url_only_raises_egress_denied_and_reaches_a_fixpoint(url: str
         return
     sent = normalized.url()
     assert normalize_url(sent) == normalized
-    assert str(httpx.URL(sent)) == sent
+    assert str(httpx2.URL(sent)) == sent
     assert "/./" not in normalized.path + "/" and "/../" not in normalized.path + "/"
 
 
