@@ -43,7 +43,7 @@ from host.canonical import digest_json
 from host.errors import SandboxUnavailable
 from host.sandbox.seccomp import build_filter
 
-__all__ = ["FIXED_ENV", "WORKSPACE", "Limits", "PidsCgroup", "SandboxProfile", "find_bwrap"]
+__all__ = ["FIXED_ENV", "WORKSPACE", "Limits", "PidsCgroup", "SandboxProfile", "find_bwrap", "server_argv"]
 
 WORKSPACE: Final = "/workspace"
 SANDBOX_UID: Final = 65534
@@ -148,16 +148,7 @@ class SandboxProfile:
         args = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid,
                 "--cap-drop", "ALL", "--die-with-parent", "--clearenv",
                 "--hostname", "sandbox", "--json-status-fd", str(status_fd)]  # fmt: skip
-        for system in _SYSTEM:
-            args += ["--ro-bind", system, system]
-        for name in _MERGED:
-            top = Path("/") / name
-            if top.is_symlink():
-                args += ["--symlink", os.readlink(top), str(top)]
-            elif top.is_dir():
-                args += ["--ro-bind", str(top), str(top)]
-        for etc in _ETC:
-            args += ["--ro-bind-try", etc, etc]
+        args += _system_binds()
         if not str(self.binary).startswith(tuple(f"{s}/" for s in _SYSTEM)):
             args += ["--ro-bind", str(self.binary), str(self.binary)]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
@@ -176,6 +167,40 @@ class SandboxProfile:
             args += ["--setenv", key, value]
         args += ["--chdir", WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}", "--seccomp", str(seccomp_fd)]
         return [*args, "--", PRLIMIT, *self.limits.prlimit_args(), "--", *command]
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for system in _SYSTEM:
+        args += ["--ro-bind", system, system]
+    for name in _MERGED:
+        top = Path("/") / name
+        if top.is_symlink():
+            args += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            args += ["--ro-bind", str(top), str(top)]
+    for etc in _ETC:
+        args += ["--ro-bind-try", etc, etc]
+    return args
+
+
+def server_argv(
+    bwrap: str, *, command: str, read_paths: tuple[str, ...], cwd: Path, seccomp_fd: int
+) -> list[str]:
+    """The argv prefix running a stdio MCP server under bubblewrap (``transport.sandbox =
+    "bwrap"``): every namespace new (no network), uid 65534 without capabilities, the system
+    directories, ``read_paths`` and the command read-only, its working directory ``cwd``
+    read-write at the same path, a private ``/tmp``, the seccomp filter of network ``none``.
+    The environment is the server's own (the launcher passes exactly the declared one).
+    The command and its arguments follow the returned list.
+    """
+    uid = str(SANDBOX_UID)
+    args = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid, "--cap-drop", "ALL",
+            "--die-with-parent", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
+    for path in (*read_paths, command):  # after the tmpfs, which would hide a path under /tmp
+        if not path.startswith(tuple(f"{s}/" for s in _SYSTEM)):
+            args += ["--ro-bind", path, path]
+    return [*args, "--bind", str(cwd), str(cwd), "--chdir", str(cwd), "--seccomp", str(seccomp_fd), "--"]
 
 
 class PidsCgroup:
