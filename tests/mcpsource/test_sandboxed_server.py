@@ -138,3 +138,41 @@ def test_sandboxed_server_without_bwrap_refused(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(McpUnavailable) as caught:
         start_server(declaration(), state_dir=tmp_path / "state", secrets=None)
     assert caught.value.details["reason"] == "sandbox_unavailable"
+
+
+MODULES = (Path(__file__).resolve().parents[2] / "node_modules" / "@modelcontextprotocol").resolve()
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (MODULES / "server-filesystem").is_dir(),
+    reason="needs node and `npm ci` (package.json devDependencies)",
+)
+def test_real_filesystem_server_allowed_everything_still_reads_only_its_binds(tmp_path: Path) -> None:
+    # The official server is told it may serve "/": inside the sandbox "/" holds only the
+    # system directories, its read_paths and its working directory.
+    files, outside = tmp_path / "files", tmp_path / "outside"
+    files.mkdir()
+    outside.mkdir()
+    (files / "hello.txt").write_text("granted\n")
+    (outside / "secret.txt").write_text("TOP SECRET\n")
+    node = str(Path(shutil.which("node") or "/usr/bin/node").resolve())
+    doc = {
+        "format": "stockade.mcp/1", "name": "filesystem", "version": "1.0.0",
+        "transport": {"type": "stdio", "command": node, "sandbox": "bwrap",
+                      "args": [str(MODULES / "server-filesystem" / "dist" / "index.js"), "/"],
+                      "read_paths": [str(MODULES.parent), str(files)]},
+        "limits": {"call_timeout_ms": 20_000, "max_output_bytes": 1 << 20, "max_concurrent_calls": 1,
+                   "startup_timeout_ms": 60_000},
+    }  # fmt: skip
+    conn, _ = start_server(McpDeclaration.from_json(json.dumps(doc).encode()), state_dir=tmp_path / "state",
+                           secrets=None)  # fmt: skip
+    try:
+        granted = conn.request("tools/call", {"name": "read_text_file", "arguments": {"path": str(files / "hello.txt")}},
+                               timeout_s=20)  # fmt: skip
+        refused = conn.request("tools/call", {"name": "read_text_file",
+                                              "arguments": {"path": str(outside / "secret.txt")}}, timeout_s=20)  # fmt: skip
+    finally:
+        conn.close()
+    assert granted["content"][0]["text"] == "granted\n"
+    assert refused.get("isError") is True and "TOP SECRET" not in json.dumps(refused)
+    assert "ENOENT" in json.dumps(refused) or "no such file" in json.dumps(refused).lower()
