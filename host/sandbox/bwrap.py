@@ -101,6 +101,7 @@ class SandboxProfile:
         binary: the executable's resolved absolute path (bound read-only if outside /usr).
         network: ``"none"``.
         env: the entry's variables (added to :data:`FIXED_ENV`).
+        secret_env: variable -> secret name (the values are given per call, never bound).
         limits: the rlimits.
     """
 
@@ -111,6 +112,7 @@ class SandboxProfile:
     binary: Path
     network: Literal["none"]
     env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict)
     limits: Limits
 
     def description(self) -> dict[str, object]:
@@ -127,6 +129,7 @@ class SandboxProfile:
             "binary": str(self.binary),
             "network": self.network,
             "env": {**FIXED_ENV, **self.env},
+            "secret_env": dict(self.secret_env),
             "system": [*_SYSTEM, *_ETC],
             "limits": self.limits.prlimit_args(),
             "seccomp_sha256": filter_sha256,
@@ -135,6 +138,17 @@ class SandboxProfile:
     def digest(self) -> str:
         """The sha256 of :meth:`description` (canonical JSON)."""
         return digest_json(self.description())
+
+    def environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
+        """The command's whole environment: fixed, the entry's, and each ``secret_env``
+        variable with its value from ``secrets`` (by secret name). It is bwrap's own
+        environment (passed to ``execve``, never on a command line another user could
+        read in ``/proc``), so nothing of the host's environment is in it.
+
+        Raises:
+            KeyError: a secret of ``secret_env`` is not in ``secrets`` (caller misuse).
+        """
+        return {**FIXED_ENV, **self.env, **{var: secrets[name] for var, name in self.secret_env.items()}}
 
     def argv(self, bwrap: str, *, seccomp_fd: int, status_fd: int, cwd: str, command: list[str]) -> list[str]:
         """bwrap's argv running ``command`` (``command[0]`` is the binary's path) in ``cwd``
@@ -146,7 +160,7 @@ class SandboxProfile:
         """
         uid = str(SANDBOX_UID)
         args = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid,
-                "--cap-drop", "ALL", "--die-with-parent", "--clearenv",
+                "--cap-drop", "ALL", "--die-with-parent",
                 "--hostname", "sandbox", "--json-status-fd", str(status_fd)]  # fmt: skip
         args += _system_binds()
         if not str(self.binary).startswith(tuple(f"{s}/" for s in _SYSTEM)):
@@ -163,8 +177,6 @@ class SandboxProfile:
                     args += ["--tmpfs", inside, "--remount-ro", inside]
                 else:
                     args += ["--ro-bind", "/dev/null", inside]
-        for key, value in {**FIXED_ENV, **self.env}.items():
-            args += ["--setenv", key, value]
         args += ["--chdir", WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}", "--seccomp", str(seccomp_fd)]
         return [*args, "--", PRLIMIT, *self.limits.prlimit_args(), "--", *command]
 
