@@ -137,6 +137,9 @@ class CommandEntry:
         env: variables set in the cleared environment, literal values (visible to the
             process and everything it runs). ``PATH``, ``HOME``, ``LANG``, ``TZ``,
             ``TMPDIR``, ``PWD`` and ``LD_*`` are refused.
+        secret_env: variable name -> secret name: the caller's stored secret is staged for
+            the call and set as that variable (visible to the process and to everything it
+            runs; scrubbed from the output and the records). Same name rules as ``env``.
         effect: what the command does, shown in the preview and bound into the action
             digest (``execute`` by default; the tool's effect is ``execute`` either way).
         risk: ``low``, ``medium`` or ``high`` (default), shown and bound the same way.
@@ -158,6 +161,7 @@ class CommandEntry:
     network: Literal["none", "egress"] = "none"
     workspace: Literal["ro", "rw"] = "ro"
     env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict)
     effect: Literal["read", "write", "execute", "external"] = "execute"
     risk: Literal["low", "medium", "high"] = "high"
     max_output_bytes: int = 64 * 1024  # bytes, per stream
@@ -191,22 +195,29 @@ class CommandEntry:
         _one_of(self.name, "workspace", self.workspace, ("ro", "rw"))
         _one_of(self.name, "effect", self.effect, ("read", "write", "execute", "external"))
         _one_of(self.name, "risk", self.risk, ("low", "medium", "high"))
-        if not isinstance(self.env, Mapping):
-            raise ValueError(f"command {self.name}: env must be a table of strings")
-        for key, value in self.env.items():
+        for table in ("env", "secret_env"):
+            self._check_env(table, getattr(self, table))
+            object.__setattr__(self, table, dict(sorted(getattr(self, table).items())))
+        if set(self.env) & set(self.secret_env):
+            raise ValueError(f"command {self.name}: a variable is in both env and secret_env")
+
+    def _check_env(self, table: str, values: object) -> None:
+        if not isinstance(values, Mapping):
+            raise ValueError(f"command {self.name}: {table} must be a table of strings")
+        for key, value in values.items():
             if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
-                raise ValueError(f"command {self.name}: env name {key!r} is not a variable name")
+                raise ValueError(f"command {self.name}: {table} name {key!r} is not a variable name")
             if key in _ENV_RESERVED or key.startswith("LD_"):
-                raise ValueError(f"command {self.name}: env {key} is set by the sandbox or refused")
-            if not isinstance(value, str) or "\x00" in value:
-                raise ValueError(f"command {self.name}: env {key} must be a string without NUL")
-        object.__setattr__(self, "env", dict(sorted(self.env.items())))
+                raise ValueError(f"command {self.name}: {table} {key} is set by the sandbox or refused")
+            if not isinstance(value, str) or "\x00" in value or (table == "secret_env" and not value):
+                raise ValueError(f"command {self.name}: {table} {key} must be a non-empty string without NUL")
 
     def definition(self) -> dict[str, object]:
         """The entry as JSON data (what the action digest binds and ``inspect`` shows)."""
         return {
             "name": self.name, "path": str(self.path), "max_timeout_ms": self.max_timeout_ms,
             "network": self.network, "workspace": self.workspace, "env": dict(self.env),
+            "secret_env": dict(self.secret_env),
             "effect": self.effect, "risk": self.risk, "max_output_bytes": self.max_output_bytes,
             "cpu_s": self.cpu_s, "memory_bytes": self.memory_bytes, "max_processes": self.max_processes,
             "max_file_bytes": self.max_file_bytes, "max_open_files": self.max_open_files,

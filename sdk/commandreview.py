@@ -111,17 +111,20 @@ def _entry_changes(name: str, old: CommandEntry | None, new: CommandEntry | None
         if was != now:
             yield CommandChange(name, f"{key} {was} -> {now}", now > was)
     yield from _env_changes(name, old.env, new.env)
+    yield from _env_changes(name, old.secret_env, new.secret_env, what="secret_env")
     if old.effect != new.effect:
         yield CommandChange(name, f"effect {old.effect} -> {new.effect}", True)
     if old.risk != new.risk:
         yield CommandChange(name, f"risk {old.risk} -> {new.risk}", _RISK[new.risk] > _RISK[old.risk])
 
 
-def _env_changes(name: str, old: Mapping[str, str], new: Mapping[str, str]) -> Iterator[CommandChange]:
+def _env_changes(
+    name: str, old: Mapping[str, str], new: Mapping[str, str], *, what: str = "env"
+) -> Iterator[CommandChange]:
     for key in sorted(old.keys() | new.keys()):
         if key not in new:
-            yield CommandChange(name, f"env {key} removed", False)
+            yield CommandChange(name, f"{what} {key} removed", False)
         elif key not in old:
-            yield CommandChange(name, f"env {key} added", True)
+            yield CommandChange(name, f"{what} {key} added", True)
         elif old[key] != new[key]:
-            yield CommandChange(name, f"env {key} changed", True)
+            yield CommandChange(name, f"{what} {key} changed", True)

@@ -50,7 +50,7 @@ def mcp_report(sources: Sequence[PinnedSource]) -> list[dict[str, Any]]:
     report = []
     for source in sources:
         decl, entry = source.pin.source, source.entry
-        transport = decl.transport.model_dump(mode="json")
+        transport = decl.transport.identity()  # sandbox fields only when not native
         bindings = binding_digests([source])  # what a user's allow of each tool is bound to
         report.append({
             "name": decl.name,

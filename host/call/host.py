@@ -71,6 +71,7 @@ from host.call.stage import (
     egress_session,
     limits_for,
     redactor_for,
+    stage_host_tool_secrets,
     stage_package_secrets,
 )
 from host.canonical import parse_json
@@ -652,7 +653,7 @@ class Host:
         report("sandbox_started", {"tool": tool.name})
         if self._host_tools is not None and self._host_tools.owns(tool):
             with observe.span("stockade.host_tool"):
-                ran = self._host_tools.invoke(call.plan, tool, cancel=cancel)
+                ran = self._host_tools.invoke(call.plan, tool, cancel=cancel, staged=call.staged)
             call.outcome = ran.record
             wall_ms = (time.monotonic() - call.started) * 1000
             return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))
@@ -745,6 +746,9 @@ class Host:
             # Read from the store for this call (what a restart inside it sends), plus every
             # value the source's connections were handed; no guest sees any of them.
             return {}, source.stage()
+        if self._host_tools is not None and self._host_tools.owns(tool):
+            staged = stage_host_tool_secrets(self._secrets, plan, self._host_tools.secret_names(plan, tool))
+            return staged, (Redactor(v.reveal() for v in staged.values()) if staged else NO_REDACTION)
         staged = stage_package_secrets(self._secrets, plan, tool)
         return staged, (redactor_for(tool, staged) if staged else NO_REDACTION)
 

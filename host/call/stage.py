@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from host.config import HostConfig
@@ -62,6 +62,29 @@ def stage_package_secrets(
                 project=principal.project,
                 subject=principal.subject,
             )
+    return staged
+
+
+def stage_host_tool_secrets(
+    secrets: SecretsStore | None, plan: InvocationPlan, names: Sequence[str]
+) -> dict[str, SecretValue]:
+    """Stage the secrets a host tool's call needs (``exec.run``'s ``secret_env``), all required.
+
+    Raises:
+        CredentialUnavailable: one is not stored for this principal (or no store is open).
+    """
+    if not names:
+        return {}
+    principal = plan.request.principal
+    staged = secrets.stage(principal.project, principal.subject, sorted(set(names))) if secrets else {}
+    for name in sorted(set(names)):
+        if name not in staged:
+            raise CredentialUnavailable(
+                f"secret {name!r} is required by {plan.tool} but is not stored for {principal.subject!r} "
+                f"in {principal.project!r}",
+                hint=store_secret_hint(name, principal, has_store=secrets is not None),
+                secret=name, project=principal.project, subject=principal.subject,
+            )  # fmt: skip
     return staged
 
 

@@ -33,6 +33,7 @@ One place for what every host command would otherwise repeat (docs/design.md
     network = "none"                         # a fresh network namespace ("egress": not yet)
     workspace = "ro"                         # the workspace bound read-only ("rw": writable)
     env = { GIT_CONFIG_NOSYSTEM = "1" }      # literal values, visible to the process
+    secret_env = { GH_TOKEN = "github" }     # the caller's stored secret, staged per call
     effect = "execute"                       # shown and bound into the action digest
     risk = "high"
 

@@ -165,6 +165,27 @@ class StdioTransport(_Model):
     command: Annotated[str, Field(min_length=2, max_length=4096), AfterValidator(_absolute)]
     args: Annotated[tuple[Plain, ...], Field(max_length=64)] = ()
     cwd: Annotated[str, Field(max_length=4096), AfterValidator(_absolute)] | None = None  # None: private dir
+    # "bwrap": the server runs in the process sandbox (host/sandbox): no network, the host's
+    # files absent except /usr, selected /etc files, read_paths (read-only) and its cwd.
+    sandbox: Literal["native", "bwrap"] = "native"
+    read_paths: Annotated[
+        tuple[Annotated[str, Field(max_length=4096), AfterValidator(_absolute)], ...], Field(max_length=32)
+    ] = ()
+
+    @model_validator(mode="after")
+    def _read_paths_need_sandbox(self) -> StdioTransport:
+        if self.read_paths and self.sandbox != "bwrap":
+            raise ValueError('read_paths need transport.sandbox = "bwrap" (a native server reads everything)')
+        return self
+
+    def identity(self) -> dict[str, Any]:
+        """The transport as bound into a tool's binding digest: the native default adds no
+        keys, so pins made before ``sandbox`` existed keep their bindings."""
+        data = self.model_dump(mode="json")
+        if self.sandbox == "native":
+            data.pop("sandbox")
+            data.pop("read_paths")
+        return data
 
 
 class HttpTransport(_Model):
@@ -172,6 +193,10 @@ class HttpTransport(_Model):
 
     type: Literal["http"]
     url: Annotated[str, Field(min_length=9, max_length=2048), AfterValidator(_plain)]
+
+    def identity(self) -> dict[str, Any]:
+        """The transport as bound into a tool's binding digest."""
+        return self.model_dump(mode="json")
 
     @model_validator(mode="after")
     def _https_only(self) -> HttpTransport:
@@ -403,6 +428,10 @@ def namespaces_conflict(a: str, b: str) -> bool:
 
 def isolation_text(decl: McpDeclaration) -> str:
     """What the host can and cannot bound about a source (approval preview, ``inspect``)."""
+    if decl.transport.type == "stdio" and decl.transport.sandbox == "bwrap":
+        return ("a process in the bubblewrap sandbox: no network, only the system directories, its "
+                "read_paths and its working directory; the host also bounds its environment, call timeout, "
+                "answer size and concurrent calls")
     if decl.transport.type == "stdio":
         return ("a native process, not a sandbox: it may reach anything the host user can (files, network, "
                 "other processes); the host bounds only its environment, working directory, process group, "

@@ -47,7 +47,7 @@ def binding_digests(sources: Sequence[PinnedSource]) -> dict[tuple[str, str], st
     out: dict[tuple[str, str], str] = {}
     for source in sources:
         decl = source.pin.source
-        transport = decl.transport.model_dump(mode="json")
+        transport = decl.transport.identity()
         for tool in source.pin.tools:
             out[(tool.tool, decl.version)] = mcp_binding(
                 tool.tool, transport=transport, definition_sha256=tool.digest,

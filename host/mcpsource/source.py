@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import threading
 import time
@@ -39,6 +40,7 @@ from host.errors import (
     McpToolChanged,
     McpUnavailable,
     OutputInvalid,
+    SandboxUnavailable,
     StockadeError,
     ToolFailed,
 )
@@ -54,6 +56,8 @@ from host.formats.mcppin import (
 from host.mcpsource.rpc import Connection, McpNetwork
 from host.mcpsource.stdio import StdioConnection
 from host.redact import Redactor
+from host.sandbox.bwrap import find_bwrap, server_argv
+from host.sandbox.seccomp import build_filter
 from host.secrets import SecretsStore, SecretValue
 
 if TYPE_CHECKING:
@@ -437,17 +441,53 @@ def open_server(
     for item in decl.secrets:
         if item.env is not None:
             env[item.env] = staged[item.secret].reveal()
-    conn = StdioConnection(
-        name=decl.name,
-        command=transport.command,
-        args=transport.args,
-        env=env,
-        cwd=Path(transport.cwd) if transport.cwd else _workdir(state_dir, decl.name),
-        max_message_bytes=decl.limits.max_output_bytes,
-        memory_bytes=decl.limits.memory_bytes,
-        timeout_s=decl.limits.startup_timeout_ms / 1000,
+    cwd = Path(transport.cwd) if transport.cwd else _workdir(state_dir, decl.name)
+    launcher: list[str] = []
+    seccomp_fd = -1
+    try:
+        if transport.sandbox == "bwrap":
+            launcher, seccomp_fd = _sandbox_launcher(decl.name, transport, cwd)
+        return StdioConnection(
+            name=decl.name,
+            command=transport.command,
+            args=transport.args,
+            env=env,
+            cwd=cwd,
+            max_message_bytes=decl.limits.max_output_bytes,
+            memory_bytes=decl.limits.memory_bytes,
+            timeout_s=decl.limits.startup_timeout_ms / 1000,
+            launcher=launcher,
+            pass_fds=(seccomp_fd,) if seccomp_fd >= 0 else (),
+        )
+    finally:
+        if seccomp_fd >= 0:
+            os.close(seccomp_fd)
+
+
+def _sandbox_launcher(name: str, transport: StdioTransport, cwd: Path) -> tuple[list[str], int]:
+    """bwrap's argv prefix for a sandboxed stdio server and the read end of a pipe holding
+    its seccomp program (the caller closes it once the server started).
+
+    Raises:
+        McpUnavailable: ``reason: "sandbox_unavailable"``: no bwrap on PATH, or no seccomp.
+    """
+    bwrap = find_bwrap(os.environ.get("PATH"))
+    try:
+        if bwrap is None:
+            raise SandboxUnavailable("bubblewrap (bwrap) is not on the host's PATH", reason="no_bwrap")
+        program, _ = build_filter("none")
+    except SandboxUnavailable as exc:
+        raise McpUnavailable(
+            f"MCP source {name}: transport.sandbox = \"bwrap\" cannot be set up: {exc.message}",
+            source=name, reason="sandbox_unavailable", hint=exc.hint,
+        ) from None
+    read, write = os.pipe()
+    with os.fdopen(write, "wb") as out:
+        out.write(program)  # < 64 KiB: fits the pipe buffer
+    argv = server_argv(
+        bwrap, command=transport.command, read_paths=transport.read_paths, cwd=cwd, seccomp_fd=read
     )
-    return conn
+    return argv, read
 
 
 def _open_http(

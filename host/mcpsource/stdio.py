@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final, final
@@ -135,6 +135,9 @@ class StdioConnection:
         max_message_bytes: the longest JSON-RPC message accepted from the server.
         memory_bytes: ``RLIMIT_AS`` of the child, or ``None``.
         timeout_s: deadline of the handshake.
+        launcher: an argv prefix the command runs under (the bwrap sandbox of
+            ``transport.sandbox = "bwrap"``; its process is then the one killed).
+        pass_fds: descriptors the launcher needs (the seccomp program).
 
     Raises:
         McpUnavailable: the process cannot start, or the handshake fails.
@@ -152,6 +155,8 @@ class StdioConnection:
         max_message_bytes: int,
         memory_bytes: int | None,
         timeout_s: float,
+        launcher: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.name = name
         self._max = max_message_bytes
@@ -165,13 +170,14 @@ class StdioConnection:
             parent = os.getpid()
             self._proc: subprocess.Popen[bytes] = _SPAWNER.run(
                 lambda: subprocess.Popen(
-                    [command, *args],
+                    [*launcher, command, *args],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     env=dict(env),
                     cwd=cwd,
                     close_fds=True,
+                    pass_fds=tuple(pass_fds),
                     start_new_session=True,
                     preexec_fn=lambda: _limits_in_child(memory_bytes, parent),  # noqa: PLW1509 - setrlimit, prctl
                 )

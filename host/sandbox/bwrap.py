@@ -43,7 +43,7 @@ from host.canonical import digest_json
 from host.errors import SandboxUnavailable
 from host.sandbox.seccomp import build_filter
 
-__all__ = ["FIXED_ENV", "WORKSPACE", "Limits", "PidsCgroup", "SandboxProfile", "find_bwrap"]
+__all__ = ["FIXED_ENV", "WORKSPACE", "Limits", "PidsCgroup", "SandboxProfile", "find_bwrap", "server_argv"]
 
 WORKSPACE: Final = "/workspace"
 SANDBOX_UID: Final = 65534
@@ -101,6 +101,7 @@ class SandboxProfile:
         binary: the executable's resolved absolute path (bound read-only if outside /usr).
         network: ``"none"``.
         env: the entry's variables (added to :data:`FIXED_ENV`).
+        secret_env: variable -> secret name (the values are given per call, never bound).
         limits: the rlimits.
     """
 
@@ -111,6 +112,7 @@ class SandboxProfile:
     binary: Path
     network: Literal["none"]
     env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict)
     limits: Limits
 
     def description(self) -> dict[str, object]:
@@ -127,6 +129,7 @@ class SandboxProfile:
             "binary": str(self.binary),
             "network": self.network,
             "env": {**FIXED_ENV, **self.env},
+            "secret_env": dict(self.secret_env),
             "system": [*_SYSTEM, *_ETC],
             "limits": self.limits.prlimit_args(),
             "seccomp_sha256": filter_sha256,
@@ -135,6 +138,17 @@ class SandboxProfile:
     def digest(self) -> str:
         """The sha256 of :meth:`description` (canonical JSON)."""
         return digest_json(self.description())
+
+    def environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
+        """The command's whole environment: fixed, the entry's, and each ``secret_env``
+        variable with its value from ``secrets`` (by secret name). It is bwrap's own
+        environment (passed to ``execve``, never on a command line another user could
+        read in ``/proc``), so nothing of the host's environment is in it.
+
+        Raises:
+            KeyError: a secret of ``secret_env`` is not in ``secrets`` (caller misuse).
+        """
+        return {**FIXED_ENV, **self.env, **{var: secrets[name] for var, name in self.secret_env.items()}}
 
     def argv(self, bwrap: str, *, seccomp_fd: int, status_fd: int, cwd: str, command: list[str]) -> list[str]:
         """bwrap's argv running ``command`` (``command[0]`` is the binary's path) in ``cwd``
@@ -146,18 +160,9 @@ class SandboxProfile:
         """
         uid = str(SANDBOX_UID)
         args = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid,
-                "--cap-drop", "ALL", "--die-with-parent", "--clearenv",
+                "--cap-drop", "ALL", "--die-with-parent",
                 "--hostname", "sandbox", "--json-status-fd", str(status_fd)]  # fmt: skip
-        for system in _SYSTEM:
-            args += ["--ro-bind", system, system]
-        for name in _MERGED:
-            top = Path("/") / name
-            if top.is_symlink():
-                args += ["--symlink", os.readlink(top), str(top)]
-            elif top.is_dir():
-                args += ["--ro-bind", str(top), str(top)]
-        for etc in _ETC:
-            args += ["--ro-bind-try", etc, etc]
+        args += _system_binds()
         if not str(self.binary).startswith(tuple(f"{s}/" for s in _SYSTEM)):
             args += ["--ro-bind", str(self.binary), str(self.binary)]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
@@ -172,10 +177,42 @@ class SandboxProfile:
                     args += ["--tmpfs", inside, "--remount-ro", inside]
                 else:
                     args += ["--ro-bind", "/dev/null", inside]
-        for key, value in {**FIXED_ENV, **self.env}.items():
-            args += ["--setenv", key, value]
         args += ["--chdir", WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}", "--seccomp", str(seccomp_fd)]
         return [*args, "--", PRLIMIT, *self.limits.prlimit_args(), "--", *command]
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for system in _SYSTEM:
+        args += ["--ro-bind", system, system]
+    for name in _MERGED:
+        top = Path("/") / name
+        if top.is_symlink():
+            args += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            args += ["--ro-bind", str(top), str(top)]
+    for etc in _ETC:
+        args += ["--ro-bind-try", etc, etc]
+    return args
+
+
+def server_argv(
+    bwrap: str, *, command: str, read_paths: tuple[str, ...], cwd: Path, seccomp_fd: int
+) -> list[str]:
+    """The argv prefix running a stdio MCP server under bubblewrap (``transport.sandbox =
+    "bwrap"``): every namespace new (no network), uid 65534 without capabilities, the system
+    directories, ``read_paths`` and the command read-only, its working directory ``cwd``
+    read-write at the same path, a private ``/tmp``, the seccomp filter of network ``none``.
+    The environment is the server's own (the launcher passes exactly the declared one).
+    The command and its arguments follow the returned list.
+    """
+    uid = str(SANDBOX_UID)
+    args = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid, "--cap-drop", "ALL",
+            "--die-with-parent", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP]
+    for path in (*read_paths, command):  # after the tmpfs, which would hide a path under /tmp
+        if not path.startswith(tuple(f"{s}/" for s in _SYSTEM)):
+            args += ["--ro-bind", path, path]
+    return [*args, "--bind", str(cwd), str(cwd), "--chdir", str(cwd), "--seccomp", str(seccomp_fd), "--"]
 
 
 class PidsCgroup:

@@ -23,13 +23,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from host.errors import SandboxUnavailable
-from host.sandbox.bwrap import FIXED_ENV, PidsCgroup, SandboxProfile
+from host.sandbox.bwrap import PidsCgroup, SandboxProfile
 from host.sandbox.seccomp import build_filter
 
 __all__ = ["Captured", "Outcome", "run_bare", "run_sandboxed"]
@@ -103,8 +103,10 @@ def run_sandboxed(
     deadline_s: float,
     cancel: threading.Event | None,
     max_output_bytes: int,
+    secrets: Mapping[str, str] | None = None,
 ) -> Outcome:
-    """Run ``command`` (``command[0]`` = the binary's path) in the sandbox ``profile``.
+    """Run ``command`` (``command[0]`` = the binary's path) in the sandbox ``profile``,
+    with ``secrets`` (secret name -> value) for the profile's ``secret_env``.
 
     Raises:
         SandboxUnavailable: the filter cannot be built, bwrap cannot start, or bwrap
@@ -123,7 +125,7 @@ def run_sandboxed(
             proc = subprocess.Popen(
                 [*cgroup.launcher(), *argv], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(seccomp_r, status_w),
-                env={}, start_new_session=True,
+                env=profile.environment(secrets or {}), start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             raise SandboxUnavailable(f"bwrap cannot start: {exc.strerror or exc}", reason="bwrap") from exc
@@ -150,14 +152,15 @@ def run_bare(
     cancel: threading.Event | None,
     max_output_bytes: int,
 ) -> Outcome:
-    """Run ``command`` without a sandbox (``unsafe_exec_without_sandbox`` only).
+    """Run ``command`` without a sandbox (``unsafe_exec_without_sandbox`` only), with
+    exactly the environment ``env``.
 
     Raises:
         OSError: the binary cannot be started.
     """
     proc = subprocess.Popen(
         list(command), cwd=cwd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**FIXED_ENV, "HOME": str(cwd), **env},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         start_new_session=True,
     )  # fmt: skip
     return _supervise(proc, stdin, deadline_s, cancel, max_output_bytes, group=True)

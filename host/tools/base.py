@@ -45,6 +45,7 @@ from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ApprovalInvalid, StockadeError, ToolFailed
 from host.formats.manifest import Effect, PackageManifest, Risk
+from host.secrets import SecretValue
 from host.tools.preopens import PluginReads
 from host.trust.registry import Binding, ToolDefinition
 from host.types import InvocationPlan, Principal
@@ -71,13 +72,15 @@ HOST_TOOL_DOMAIN: Final = "stockade/host-tool-action@1"
 @dataclass(frozen=True, slots=True)
 class HostCall:
     """What a host tool's functions get: who calls, in which session, with which input
-    (validated against the input schema and canonical), and the caller's cancel event
-    (``run`` only; ``exec.run`` stops its process when it is set)."""
+    (validated against the input schema and canonical), and, for ``run`` only, the
+    caller's cancel event (``exec.run`` stops its process when it is set) and the secrets
+    the pipeline staged for the call (the names the tool's ``secrets`` function asked for)."""
 
     principal: Principal
     session: str
     input: Mapping[str, Any]
     cancel: threading.Event | None = None
+    secrets: Mapping[str, SecretValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,7 @@ class HostTool:
     permissions: tuple[str, ...]
     run: RunFn
     prepare: PrepareFn | None = None
+    secrets: Callable[[HostCall], tuple[str, ...]] | None = None  # names to stage for a call
     timeout_s: int = 30
     sensitive_params: tuple[str, ...] = ()
 
@@ -222,8 +226,18 @@ class HostToolSet:
         effect = {"bound": dict(prepared.bound), **prepared.record}
         return dataclasses.replace(plan, action_digest=digest, preview=preview, effect=effect)
 
+    def secret_names(self, plan: InvocationPlan, tool: ToolDefinition) -> tuple[str, ...]:
+        """The secrets a host tool's call needs staged (step 8), from its ``secrets`` function."""
+        host_tool = self._tools[tool.name]
+        return () if host_tool.secrets is None else host_tool.secrets(_call_of(plan))
+
     def invoke(
-        self, plan: InvocationPlan, tool: ToolDefinition, *, cancel: threading.Event | None = None
+        self,
+        plan: InvocationPlan,
+        tool: ToolDefinition,
+        *,
+        cancel: threading.Event | None = None,
+        staged: Mapping[str, SecretValue] | None = None,
     ) -> Ran:
         """Run a host tool (step 10) for an admitted plan.
 
@@ -238,7 +252,7 @@ class HostToolSet:
             StockadeError: the tool refused or failed.
         """
         host_tool = self._tools[tool.name]
-        call = _call_of(plan, cancel)
+        call = dataclasses.replace(_call_of(plan, cancel), secrets=dict(staged or {}))
         prepared = None
         if host_tool.prepare is not None:
             with self._lock:

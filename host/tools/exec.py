@@ -153,6 +153,7 @@ def exec_tool(commands: Commands, workspaces: Workspaces) -> HostTool:
         permissions=("exec.run",),
         run=run,
         prepare=prepare,
+        secrets=lambda call: _secret_names(commands, call),
         timeout_s=timeout_s,
         sensitive_params=("stdin",),
     )
@@ -228,7 +229,7 @@ def _prepare(commands: Commands, workspaces: Workspaces, call: HostCall, *, tool
     masked = tuple(p.strip("/") for p in grant.deny)
     profile = SandboxProfile(
         workspace=ws.root.resolve(), mode=entry.workspace, read_only=tuple(p for p in ws.protected if p),
-        masked=masked, binary=command.binary, network="none", env=entry.env,
+        masked=masked, binary=command.binary, network="none", env=entry.env, secret_env=entry.secret_env,
         limits=Limits(cpu_s=entry.cpu_s, memory_bytes=entry.memory_bytes, max_processes=entry.max_processes,
                       max_file_bytes=entry.max_file_bytes, max_open_files=entry.max_open_files),
     )  # fmt: skip
@@ -246,6 +247,16 @@ def _prepare(commands: Commands, workspaces: Workspaces, call: HostCall, *, tool
     record = {"command": entry.name, "network": entry.network, "workspace": entry.workspace,
               "sandbox": sandbox, "profile_digest": profile_digest}  # fmt: skip
     return Prepared(bound=bound, preview=_preview(plan, sandbox), record=record, state=plan)
+
+
+def _secret_names(commands: Commands, call: HostCall) -> tuple[str, ...]:
+    """The secrets the call's command maps into its environment (staged by the pipeline)."""
+    argv = call.input["argv"]
+    try:
+        entry = commands.get(argv[0]).entry
+    except PolicyDenied:
+        return ()  # prepare refuses it
+    return tuple(sorted(set(entry.secret_env.values())))
 
 
 def _sandbox_mode(commands: Commands) -> str:
@@ -292,14 +303,16 @@ def _run(commands: Commands, call: HostCall, prepared: Prepared) -> Ran:
     cap = plan.command.entry.max_output_bytes
     command = [str(plan.command.binary), *plan.argv[1:]]
     deadline_s = plan.deadline_ms / 1000
+    secrets = {name: value.reveal() for name, value in call.secrets.items()}
     if sandbox == "bwrap" and commands.bwrap is not None:
         outcome = run_sandboxed(
             plan.profile, commands.bwrap, command, cwd=plan.cwd, stdin=plan.stdin, deadline_s=deadline_s,
-            cancel=call.cancel, max_output_bytes=cap,
+            cancel=call.cancel, max_output_bytes=cap, secrets=secrets,
         )  # fmt: skip
     else:
+        env = plan.profile.environment(secrets)
         outcome = run_bare(
-            command, cwd=plan.profile.workspace / plan.cwd, env=dict(plan.command.entry.env),
+            command, cwd=plan.profile.workspace / plan.cwd, env={**env, "HOME": str(plan.profile.workspace)},
             stdin=plan.stdin, deadline_s=deadline_s, cancel=call.cancel, max_output_bytes=cap,
         )  # fmt: skip
     record = _outcome_record(outcome, prepared)

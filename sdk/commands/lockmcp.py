@@ -227,8 +227,10 @@ def render_mcp_source(source: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     title = f"MCP source {cell(source['name'])}@{source['version']}"
-    console.rule(f"[bold]{title}[/] (a native process, not a sandbox)")
     transport = source["transport"]
+    sandboxed = transport.get("sandbox") == "bwrap"
+    kind = "the bubblewrap sandbox" if sandboxed else "a native process, not a sandbox"
+    console.rule(f"[bold]{title}[/] ({kind})")
     stdio = transport["type"] == "stdio"
     where = " ".join([transport["command"], *transport["args"]]) if stdio else transport["url"]
     signed = f"key {source['signature']['key_id']}" if source["signature"]["signed"] else "unsigned"

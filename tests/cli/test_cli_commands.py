@@ -38,10 +38,11 @@ def test_inspect_host_file_reports_each_command_with_its_binary(tmp_path: Path) 
         (GIT + 'workspace = "rw"\n', "workspace ro -> rw"),
         (GIT + "max_timeout_ms = 60000\n", "max_timeout_ms 30000 -> 60000"),
         (GIT + 'env = { GIT_DIR = "/x" }\n', "env GIT_DIR added"),
+        (GIT + 'secret_env = { GH_TOKEN = "github" }\n', "secret_env GH_TOKEN added"),
         (GIT + '[[command]]\nname = "python3"\npath = "/usr/bin/python3"\n', "new command /usr/bin/python3"),
         (GIT.replace("/usr/bin/git", "/bin/git"), "path /usr/bin/git -> /bin/git"),
     ],
-    ids=["read_write_workspace", "longer_deadline", "new_variable", "new_command", "other_binary"],
+    ids=["read_write_workspace", "longer_deadline", "new_variable", "new_secret", "new_command", "other_binary"],
 )
 def test_diff_host_files_flags_command_escalations(tmp_path: Path, after: str, detail: str) -> None:
     old = _host_file(tmp_path / "old.host.toml", GIT)

@@ -29,6 +29,7 @@ from host.config import CommandEntry
 from host.errors import PolicyDenied, SandboxUnavailable
 from host.sandbox import Limits, SandboxProfile, run_sandboxed
 from tests.support.commands import ExecHost, make_exec_host
+from tests.support.secrets import make_store
 
 REPO = Path(__file__).resolve().parents[2]
 BWRAP = shutil.which("bwrap")
@@ -161,6 +162,34 @@ def test_host_environment_canary_not_visible(tmp_path: Path, monkeypatch: pytest
     env = json.loads(str(out["stdout"]))
     assert env == {"HOME": "/tmp", "LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin",
                    "PWD": "/workspace", "TOOL_MODE": "ci", "TZ": "UTC"}  # fmt: skip
+
+
+def test_secret_env_reaches_process_only_by_mapping_and_is_scrubbed(tmp_path: Path) -> None:
+    store = make_store(tmp_path / "secrets")
+    token = "ghp-secret-4c1d9e7f"
+    store.set("p", "alice", "github_token", token)
+    entry = CommandEntry(name="python3", path=Path("/usr/bin/python3"), secret_env={"GH_TOKEN": "github_token"})
+    ex = make_exec_host(tmp_path, [entry], secrets=store)
+    try:
+        plan = ex.prepare(argv=["python3", "-c", "import os; v = os.environ['GH_TOKEN']; print(v, len(v))"])
+        assert token not in json.dumps(plan.effect) and "github_token" in json.dumps(plan.effect)
+        result = ex.host.execute(plan, ex.host.approve(plan))
+    finally:
+        ex.host.close()
+    assert result.ok, result.error
+    assert result.output["stdout"] == f"[REDACTED] {len(token)}\n"  # it was there, and is scrubbed
+    assert token not in ex.audit_path.read_text()
+
+
+def test_missing_secret_refused_credential_unavailable(tmp_path: Path) -> None:
+    entry = CommandEntry(name="python3", path=Path("/usr/bin/python3"), secret_env={"GH_TOKEN": "github_token"})
+    ex = make_exec_host(tmp_path, [entry], secrets=make_store(tmp_path / "secrets"))
+    try:
+        result = ex.run("python3", "-c", "print(1)")
+    finally:
+        ex.host.close()
+    assert result.error is not None and result.error.code == "CREDENTIAL_UNAVAILABLE"
+    assert result.error.details["secret"] == "github_token"
 
 
 def test_setsid_grandchild_killed_at_one_second_deadline(ex: ExecHost) -> None:

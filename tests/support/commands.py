@@ -17,6 +17,7 @@ from typing import Any
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.config import CommandEntry, WorkspaceGrant
 from host.policy.engine import FilePolicyEngine
+from host.secrets import SecretsStore
 from host.types import InvocationPlan
 from tests.support.bundles import write_lock
 from tests.support.hosts import write_policy
@@ -44,7 +45,12 @@ class ExecHost:
 
 
 def make_exec_host(
-    tmp: Path, commands: Sequence[CommandEntry], *, grant: dict[str, Any] | None = None, **config: Any
+    tmp: Path,
+    commands: Sequence[CommandEntry],
+    *,
+    grant: dict[str, Any] | None = None,
+    secrets: SecretsStore | None = None,
+    **config: Any,
 ) -> ExecHost:
     ws = tmp / "ws"
     ws.mkdir(exist_ok=True)
@@ -59,5 +65,5 @@ def make_exec_host(
         commands=tuple(commands), **config,
     )  # fmt: skip
     audit = tmp / "audit.log"
-    host = Host.open(lock, config=host_config, secrets=None, policy=policy, audit=audit)
+    host = Host.open(lock, config=host_config, secrets=secrets, policy=policy, audit=audit)
     return ExecHost(host, tmp, ws, audit)

@@ -22,12 +22,13 @@ def test_command_tables_parsed_into_entries(tmp_path: Path) -> None:
     settings = load_host_file(_write(tmp_path, (
         '[host]\nunsafe_exec_without_sandbox = false\n'
         '[[command]]\nname = "git"\npath = "/usr/bin/git"\nworkspace = "rw"\nmax_timeout_ms = 5000\n'
-        'env = { GIT_CONFIG_NOSYSTEM = "1" }\nrisk = "medium"\n'
+        'env = { GIT_CONFIG_NOSYSTEM = "1" }\nrisk = "medium"\nsecret_env = { GH_TOKEN = "github" }\n'
         '[[command]]\nname = "python3"\npath = "/usr/bin/python3"\n'
     )))  # fmt: skip
     git, python = settings.commands
     assert (git.name, git.path, git.workspace, git.max_timeout_ms) == ("git", Path("/usr/bin/git"), "rw", 5000)
     assert dict(git.env) == {"GIT_CONFIG_NOSYSTEM": "1"} and git.risk == "medium"
+    assert dict(git.secret_env) == {"GH_TOKEN": "github"}
     assert (python.network, python.workspace, python.effect, python.risk) == ("none", "ro", "execute", "high")
     assert settings.unsafe_exec_without_sandbox is False
 
@@ -51,10 +52,15 @@ def test_command_tables_parsed_into_entries(tmp_path: Path) -> None:
         ('[[command]]\nname = "git"\npath = "/usr/bin/git"\n[[command]]\nname = "git"\npath = "/bin/git"\n',
          "command", "two entries"),
         ('command = "git"\n', "command", "array"),
+        ('[[command]]\nname = "git"\npath = "/usr/bin/git"\nenv = { T = "1" }\nsecret_env = { T = "tok" }\n',
+         "command.0", "both"),
+        ('[[command]]\nname = "git"\npath = "/usr/bin/git"\nsecret_env = { T = "" }\n', "command.0", "non-empty"),
+        ('[[command]]\nname = "git"\npath = "/usr/bin/git"\nsecret_env = { LD_AUDIT = "x" }\n', "command.0", "LD_"),
     ],
     ids=["relative_path", "no_path", "bad_name", "unknown_key", "egress_not_yet", "unknown_network",
          "unknown_workspace_mode", "zero_timeout", "timeout_over_ceiling", "output_over_ceiling",
-         "loader_variable", "reserved_variable", "env_not_string", "duplicate_name", "not_tables"],
+         "loader_variable", "reserved_variable", "env_not_string", "duplicate_name", "not_tables",
+         "variable_literal_and_secret", "empty_secret_name", "secret_loader_variable"],
 )  # fmt: skip
 def test_invalid_command_tables_refused(tmp_path: Path, body: str, loc: str, msg: str) -> None:
     with pytest.raises(ConfigInvalid) as caught:
