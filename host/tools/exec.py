@@ -38,8 +38,9 @@ from host.errors import CallCancelled, ConfigInvalid, InputInvalid, PolicyDenied
 from host.formats.manifest import Effect, Risk
 from host.sandbox import Captured, Limits, Outcome, SandboxProfile, find_bwrap, run_bare, run_sandboxed
 from host.sandbox.bwrap import WORKSPACE
+from host.text import escape_unsafe
 from host.tools.base import HostCall, HostTool, Prepared, Ran
-from host.tools.fs import Workspaces, escape_preview
+from host.tools.fs import Workspaces
 from host.tools.paths import MAX_PATH_BYTES, parse_path
 
 __all__ = ["Commands", "ResolvedCommand", "exec_tool", "render_stream"]
@@ -289,7 +290,7 @@ def _preview(plan: _Plan, sandbox: str) -> str:
     ]
     if entry.env:
         lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in entry.env.items()))
-    return escape_preview("\n".join(lines))
+    return escape_unsafe("\n".join(lines), keep_layout=True)
 
 
 def _one_line(arg: str) -> str:
