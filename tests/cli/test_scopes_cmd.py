@@ -80,3 +80,4 @@ def test_a_grant_without_an_approver_key_is_refused(tmp_path: Path) -> None:
     refused = ws.run("scopes", "grant", "p", "alice", "--tool", "echo.write@1.0.0", "--max-calls", "1",
                      "--for", "1h", "--job", "nightly", *ws.host_args)
     assert refused.returncode == 1 and "APPROVER_KEY_MISSING" in refused.stderr
+
