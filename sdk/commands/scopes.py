@@ -170,7 +170,6 @@ def _scopes(args: argparse.Namespace, *, write: bool = True) -> Iterator[Any]:
 
 
 def _grant(args: argparse.Namespace) -> int:
-    from host.call.open import tool_bindings
     from host.scopes import issue
 
     tools = [_split(t) for t in args.tool]
@@ -188,11 +187,11 @@ def _grant(args: argparse.Namespace) -> int:
         require_signatures=bool(args.require_signatures),
         unsafe_allow_unsigned=signatures_waived(args),
     )
-    registry = loaded.registry()
+    registry, bindings = _tools_as_the_host_runs_them(args, loaded)
     with _scopes(args) as port:
         signed = issue(
             registry=registry,
-            bindings=tool_bindings(loaded, (), registry),
+            bindings=bindings,
             generation=loaded.generation,
             key=key,
             store=port,
@@ -219,6 +218,36 @@ def _grant(args: argparse.Namespace) -> int:
         )
         print(f"  run the job with: stockade serve --scope {scope.id}")
     return EXIT_OK
+
+
+def _tools_as_the_host_runs_them(
+    args: argparse.Namespace, loaded: Any
+) -> tuple[Any, dict[tuple[str, str], str]]:
+    """The registry a Host opened on this lock and config file runs — package tools, the
+    pinned MCP sources' tools, the ``[[workspace]]`` host tools (``fs.*``) — and their
+    binding digests, built as the Host builds them (so a scope's identities match)."""
+    from pathlib import Path
+
+    from host.call.open import tool_bindings
+    from host.mcpsource import hosting
+    from host.tools import host_tools_for
+    from host.trust.registry import FrozenRegistry
+    from sdk.commands.policy import _pinned_sources
+
+    pinned = _pinned_sources(args, loaded)
+    host_tools = host_tools_for(host_config(args, state_dir(args)), protected=[Path(args.lock)])
+    try:
+        registry = FrozenRegistry.from_packages(
+            [
+                *((p.manifest, p.binding) for p in loaded.packages),
+                *hosting.registry_items(pinned, loaded.generation),
+                *(host_tools.registry_items(loaded.generation) if host_tools is not None else ()),
+            ]
+        )
+    finally:
+        if host_tools is not None:
+            host_tools.close()
+    return registry, tool_bindings(loaded, pinned, registry)
 
 
 def _split(text: str) -> tuple[str, str]:
