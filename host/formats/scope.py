@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 import time
@@ -139,10 +140,26 @@ class SignedScope(BaseModel):
         try:
             return cls.model_validate_json(data)
         except ValidationError as exc:
+            given = _format_of(data)
+            if given is not None and given != FORMAT:
+                raise ScopeInvalid(
+                    f"unknown scope format {given[:64]!r}: this host reads {FORMAT}",
+                    hint="Grant the scope again with this Stockade (`stockade scopes grant`).",
+                    format=given[:64],
+                ) from None
             raise ScopeInvalid(
                 f"not a valid {FORMAT} scope ({exc.error_count()} problems)",
                 hint="A scope is issued with `stockade scopes grant`; it is never edited by hand.",
             ) from None
+
+
+def _format_of(data: bytes | str) -> str | None:
+    """The ``scope.format`` a stored document claims, if it is readable at all."""
+    try:
+        value = json.loads(data)["scope"]["format"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def scope_tool(

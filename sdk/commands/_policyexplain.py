@@ -118,7 +118,7 @@ def _risk(tool: Any) -> str:
 def _scopes(args: argparse.Namespace, tool: Any, *, floor: bool) -> dict[str, Any]:
     """Which scopes name this exact tool for this principal, and what is left of each (a
     scope covers the call only while the decision is ``approval``, never the floor)."""
-    from sdk.commands.scopes import covering
+    from sdk.commands._scopebook import covering
 
     return {"floor": floor, "covering": [] if floor else covering(args, tool.name, tool.version)}
 

@@ -25,22 +25,16 @@ import argparse
 import getpass
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from rich.table import Table
 
-from host.errors import AuditUnavailable, ScopeInvalid
 from sdk.commands._common import (
     EXIT_OK,
     UsageFailed,
     add_host_options,
-    approver_options,
-    audit_path,
     cell,
     host_config,
-    open_store_spec,
     print_json,
     safe_text,
     signatures_waived,
@@ -48,6 +42,8 @@ from sdk.commands._common import (
     stdout_console,
     verified_lock,
 )
+from sdk.commands._scopebook import approver_keys as _approver_keys
+from sdk.commands._scopebook import scopes as _scopes
 
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -134,43 +130,7 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def _approver_keys(args: argparse.Namespace) -> dict[str, Any]:
-    settings = getattr(args, "host_file", None)
-    return approver_options(
-        settings.approver_key if settings is not None else None,
-        settings.trusted_approver_keys if settings is not None else None,
-    )
-
-
-@contextmanager
-def _scopes(args: argparse.Namespace, *, write: bool = True) -> Iterator[Any]:
-    """The scope port: the state dir's book (records go to the audit log when no host
-    holds it, else to the book's journal for the host; reads open no log), or a
-    PostgreSQL store's."""
-    if args.store in (None, "local"):
-        from host.call.open import open_audit
-        from host.scopes import LocalScopes
-
-        root = state_dir(args)
-        if not write:
-            yield LocalScopes(root, audit=None)
-            return
-        try:
-            audit = open_audit(audit_path(args), host_config(args, root))
-        except AuditUnavailable:  # a running host holds the log: it appends the records
-            audit = None
-        try:
-            yield LocalScopes(root, audit=audit)
-        finally:
-            if audit is not None:
-                audit.close()
-        return
-    with open_store_spec(args.store, **_approver_keys(args)) as store:
-        yield store.scopes
-
-
 def _grant(args: argparse.Namespace) -> int:
-    from host.call.open import tool_bindings
     from host.scopes import issue
 
     tools = [_split(t) for t in args.tool]
@@ -188,11 +148,11 @@ def _grant(args: argparse.Namespace) -> int:
         require_signatures=bool(args.require_signatures),
         unsafe_allow_unsigned=signatures_waived(args),
     )
-    registry = loaded.registry()
+    registry, bindings = _tools_as_the_host_runs_them(args, loaded)
     with _scopes(args) as port:
         signed = issue(
             registry=registry,
-            bindings=tool_bindings(loaded, (), registry),
+            bindings=bindings,
             generation=loaded.generation,
             key=key,
             store=port,
@@ -219,6 +179,36 @@ def _grant(args: argparse.Namespace) -> int:
         )
         print(f"  run the job with: stockade serve --scope {scope.id}")
     return EXIT_OK
+
+
+def _tools_as_the_host_runs_them(
+    args: argparse.Namespace, loaded: Any
+) -> tuple[Any, dict[tuple[str, str], str]]:
+    """The registry a Host opened on this lock and config file runs — package tools, the
+    pinned MCP sources' tools, the ``[[workspace]]`` host tools (``fs.*``) — and their
+    binding digests, built as the Host builds them (so a scope's identities match)."""
+    from pathlib import Path
+
+    from host.call.open import tool_bindings
+    from host.mcpsource import hosting
+    from host.tools import host_tools_for
+    from host.trust.registry import FrozenRegistry
+    from sdk.commands.policy import _pinned_sources
+
+    pinned = _pinned_sources(args, loaded)
+    host_tools = host_tools_for(host_config(args, state_dir(args)), protected=[Path(args.lock)])
+    try:
+        registry = FrozenRegistry.from_packages(
+            [
+                *((p.manifest, p.binding) for p in loaded.packages),
+                *hosting.registry_items(pinned, loaded.generation),
+                *(host_tools.registry_items(loaded.generation) if host_tools is not None else ()),
+            ]
+        )
+    finally:
+        if host_tools is not None:
+            host_tools.close()
+    return registry, tool_bindings(loaded, pinned, registry)
 
 
 def _split(text: str) -> tuple[str, str]:
@@ -294,34 +284,3 @@ def _print_state(args: argparse.Namespace, state: Any) -> None:
         )
     if state.revoked_at is not None:
         print(f"  revoked at {_when(state.revoked_at)} by {safe_text(state.revoked_by or '?')}")
-
-
-def covering(args: argparse.Namespace, tool: str, version: str) -> list[dict[str, Any]]:
-    """The active scopes of ``args.project``/``args.subject`` naming exactly (tool, version),
-    with what is left (for ``policy explain``); empty when the store cannot be read."""
-    try:
-        with _scopes(args, write=False) as port:
-            states = port.entries()
-    except (ScopeInvalid, OSError):
-        return []
-    now = time.time()
-    found = []
-    for s in states:
-        scope = s.signed.scope
-        entry = scope.tool_entry(tool, version)
-        if entry is None or (scope.principal.project, scope.principal.subject) != (
-            args.project,
-            args.subject,
-        ):
-            continue
-        found.append(
-            {
-                "id": scope.id,
-                "job": scope.job,
-                "status": s.status(now),
-                "remaining": s.remaining(tool, version),
-                "not_after": scope.not_after,
-                "session": scope.session,
-            }
-        )
-    return found

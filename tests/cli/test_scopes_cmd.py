@@ -80,3 +80,39 @@ def test_a_grant_without_an_approver_key_is_refused(tmp_path: Path) -> None:
     refused = ws.run("scopes", "grant", "p", "alice", "--tool", "echo.write@1.0.0", "--max-calls", "1",
                      "--for", "1h", "--job", "nightly", *ws.host_args)
     assert refused.returncode == 1 and "APPROVER_KEY_MISSING" in refused.stderr
+
+
+
+def test_a_cli_scope_covers_a_host_tool_as_the_host_runs_it(tmp_path: Path) -> None:
+    """The CLI builds the registry and bindings as the Host does (package, MCP-source and
+    ``[[workspace]]`` host tools): a scope it grants for ``fs.edit_file`` runs an edit."""
+    from host import FilePolicyEngine, Host, HostConfig  # noqa: PLC0415
+    from host.config import WorkspaceGrant  # noqa: PLC0415
+    from host.types import CallRequest, Principal  # noqa: PLC0415
+    from tests.support.workspace import FS_PERMISSIONS  # noqa: PLC0415
+
+    ws = echo_workspace(tmp_path, allow=FS_PERMISSIONS)
+    (tmp_path / "ws").mkdir()
+    target = tmp_path / "ws" / "notes.txt"
+    target.write_text("old\n")
+    write_approver_config(tmp_path / "home")
+    (tmp_path / "stockade.host.toml").write_text(
+        'format = "stockade.host/1"\n[host]\nstate_dir = "state"\nlock = "stockade.lock"\n'
+        'approver_key = "home/approver.pem"\n[[workspace]]\nroot = "ws"\nproject = "p"\n'
+    )
+    granted = ws.run("scopes", "grant", "p", "alice", "--tool", "fs.edit_file@1.0.0", "--max-calls", "1",
+                     "--for", "10m", "--job", "refactor", "--json")
+    assert granted.returncode == 0, granted.stderr
+    scope_id = json_out(granted)["scope"]["id"]
+    config = HostConfig(state_dir=ws.state, approver_key_file=tmp_path / "home" / "approver.pem",
+                        workspaces=(WorkspaceGrant(root=tmp_path / "ws", project="p"),))
+    edit = CallRequest(principal=Principal(project="p", subject="alice"), session="job", tool="fs.edit_file",
+                       version="1.0.0", input={"path": "notes.txt", "old_text": "old", "new_text": "new"})
+    with Host.open(ws.lock, config=config, secrets=None, policy=FilePolicyEngine(ws.state / "policy.json"),
+                   audit=ws.state / "audit.log") as host:
+        result = host.call(edit, scope=scope_id)
+        assert result.ok, result.error
+        again = host.call(edit.model_copy(update={"input": {"path": "notes.txt", "old_text": "new",
+                                                            "new_text": "newer"}}), scope=scope_id)
+    assert target.read_text() == "new\n"
+    assert again.error is not None and again.error.details["reason"] == "scope_exhausted"

@@ -421,3 +421,29 @@ def test_a_failing_audit_sink_refuses_the_use_counts_it_and_keeps_its_records(tm
     sink.fail = False
     book.redeem(use(signed.scope.id))
     assert sink.kinds == ["scope.issued", "scope.redeemed", "scope.redeemed", "scope.exhausted"]
+
+
+def test_scopes_on_a_postgresql_store_are_granted_listed_and_revoked_from_the_cli(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from host.store.postgres import PostgresStore  # noqa: PLC0415
+    from tests.support.approver import write_approver_config  # noqa: PLC0415
+    from tests.support.cli import cli_env, echo_workspace, json_out  # noqa: PLC0415
+    from tests.support.hosts import echo_tool  # noqa: PLC0415
+
+    write_tool = echo_tool(name="echo.write", effect="write", risk="medium", permissions=["echo.write"])
+    ws = echo_workspace(tmp_path, tools=[write_tool], allow=("tool.call:echo.write", "echo.write"))
+    write_approver_config(tmp_path)
+    env = cli_env(STOCKADE_STORE=pg_dsn)
+    granted = ws.run("scopes", "grant", "p", "alice", "--tool", "echo.write@1.0.0", "--max-calls", "3",
+                     "--for", "30m", "--job", "ci", "--json", *ws.host_args, env=env)
+    assert granted.returncode == 0, granted.stderr
+    scope_id = json_out(granted)["scope"]["id"]
+    listed = json_out(ws.run("scopes", "list", "--json", *ws.host_args, env=env))
+    assert [s["scope"]["id"] for s in listed] == [scope_id]
+    assert ws.run("scopes", "revoke", scope_id, *ws.host_args, env=env).returncode == 0
+    with PostgresStore(pg_dsn) as store:
+        assert store.scopes.get(scope_id).revoked_by is not None
+        kinds = [json.loads(line)["kind"] for line in store.lines("project:p")]
+    assert kinds == ["scope.issued", "scope.revoked"]
+    assert not (ws.state / "scopes.json").exists()  # nothing went to the local book

@@ -112,7 +112,7 @@ def test_another_format_version_is_refused_with_the_value_named() -> None:
     body["scope"]["format"] = "stockade.scope/2"
     with pytest.raises(ScopeInvalid) as caught:
         SignedScope.from_json(json.dumps(body))
-    assert "stockade.scope/1" in caught.value.message
+    assert "'stockade.scope/2'" in caught.value.message and caught.value.details["format"] == "stockade.scope/2"
 
 
 def test_the_tool_and_input_bounds_are_enforced_at_issue() -> None:
