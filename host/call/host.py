@@ -166,6 +166,7 @@ class Host:
         self._gate = CallGate()  # a generation swap (host.call.reload) happens between calls
         self._reopen: Reopener | None = None
         self._follower: GenerationFollower | None = None
+        observe.watch(self._mcp_stats)  # MCP restarts and drift, read when metrics are collected
 
     # -- opening -----------------------------------------------------------------------
 
@@ -504,6 +505,12 @@ class Host:
         """A pinned MCP tool is offered only while its live definition matches the pin."""
         source = self._mcp.get(tool.binding.package)
         return source is None or tool.name in source.offered
+
+    def _mcp_stats(self) -> list[tuple[str, int, int]]:
+        """Each MCP source as (name, restarts, drifted tools); nothing once closed."""
+        if self._closed.is_set():
+            return []
+        return [(s.name, max(s.connects - 1, 0), len(s.drift)) for s in self._mcp.values()]
 
     def mcp_drift(self) -> list[dict[str, Any]]:
         """Every difference between a connected MCP server's tools and its pin."""

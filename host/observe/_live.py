@@ -8,12 +8,13 @@ stable error code (``error.type``) and an ERROR status without a description.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final, final
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -146,7 +147,13 @@ class Live:
     INTERNAL: Final = SpanKind.INTERNAL
     SERVER: Final = SpanKind.SERVER
 
-    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        sources: Callable[[], list[tuple[str, int, int]]] = list,
+    ) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.stage_duration = meter.create_histogram(
@@ -173,6 +180,15 @@ class Live:
             unit="{request}",
             description="Guest HTTP requests by host and outcome",
         )
+        self._sources = sources
+        meter.create_observable_counter(
+            "stockade.mcp.restarts", [self._restarts], unit="{restart}",
+            description="Restarts of each pinned MCP source's server (connects after the first)",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            "stockade.mcp.drift", [self._drift], unit="{tool}",
+            description="Tools of each pinned MCP source whose live definition differs from the pin",
+        )  # fmt: skip
         self.egress_bytes = meter.create_counter(
             "stockade.egress.bytes", unit="By", description="Egress bytes by host and direction"
         )
@@ -210,6 +226,12 @@ class Live:
             self.rate_limited.add(1)
         elif name == "stockade.approval":
             self.approvals.add(1, {"stockade.approval.event": "invalid" if error else "redeemed"})
+
+    def _restarts(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(restarts, {"stockade.source": name}) for name, restarts, _ in self._sources()]
+
+    def _drift(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(drifted, {"stockade.source": name}) for name, _, drifted in self._sources()]
 
     def approval(self, event: str, channel: str) -> None:
         """Count one approval event a front end recorded."""
