@@ -32,6 +32,7 @@ __all__ = [
     "Span",
     "TracedAudit",
     "approval",
+    "audit_synced",
     "carrier",
     "describe_result",
     "describe_tool",
@@ -220,6 +221,14 @@ def span_ids() -> tuple[str, str] | None:
     """The current span's trace and span ids (hex), or ``None`` outside a recorded span."""
     live = _live
     return None if live is None else live.span_ids()
+
+
+def audit_synced(records: int, seconds: float, *, failed: bool) -> None:
+    """Measure one group commit of the audit log: the records one fsync made durable, its
+    latency, and whether it failed."""
+    live = _live
+    if live is not None:
+        live.audit_synced(records, seconds, failed)
 
 
 def trace_id() -> str | None:

@@ -181,6 +181,16 @@ class Live:
             description="Guest HTTP requests by host and outcome",
         )
         self._sources = sources
+        self.fsync_duration = meter.create_histogram(
+            "stockade.audit.fsync.duration", unit="s", description="Latency of one audit log fsync"
+        )
+        self.fsync_batch = meter.create_histogram(
+            "stockade.audit.batch.records", unit="{record}",
+            description="Audit records one fsync made durable (group commit)",
+        )  # fmt: skip
+        self.fsync_failures = meter.create_counter(
+            "stockade.audit.fsync.failures", unit="{fsync}", description="Audit log fsyncs that failed"
+        )
         meter.create_observable_counter(
             "stockade.mcp.restarts", [self._restarts], unit="{restart}",
             description="Restarts of each pinned MCP source's server (connects after the first)",
@@ -232,6 +242,14 @@ class Live:
 
     def _drift(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(drifted, {"stockade.source": name}) for name, _, drifted in self._sources()]
+
+    def audit_synced(self, records: int, seconds: float, failed: bool) -> None:
+        """One group commit of the audit log."""
+        if failed:
+            self.fsync_failures.add(1)
+            return
+        self.fsync_duration.record(seconds)
+        self.fsync_batch.record(records)
 
     def approval(self, event: str, channel: str) -> None:
         """Count one approval event a front end recorded."""
