@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Final, final
 
@@ -38,6 +39,11 @@ _TIMED: Final = frozenset({
     "stockade.secrets", "stockade.sandbox", "stockade.mcp_source", "stockade.host_tool", "stockade.egress",
     "stockade.output", "stockade.audit.append",
 })  # fmt: skip
+# Spans that start a unit of work; every other stage is recorded only inside one of them, so
+# a Host.prepare outside a call (the MCP server's tools/list hides denied tools with one
+# per tool) or the audit records of opening a lock make no stray root spans.
+_ROOTS: Final = frozenset({"stockade.call", "stockade.mcp.tools_call"})
+_IN_CALL: Final[ContextVar[bool]] = ContextVar("stockade_in_call", default=False)
 _UNKNOWN_TOOL: Final = "_unknown"  # a refused call names no registry tool: no untrusted string as a label
 
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
@@ -55,6 +61,7 @@ class LiveSpan:
 
     __slots__ = (
         "_attributes",
+        "_call_token",
         "_error",
         "_kind",
         "_labels",
@@ -86,6 +93,7 @@ class LiveSpan:
         self._token: Any = None
         self._started = 0.0
         self._error: str | None = None
+        self._call_token: Any = None
         self._labels: dict[str, str] = {}
         self._values: dict[str, int] = {}
         if attributes:
@@ -99,6 +107,8 @@ class LiveSpan:
             record_exception=False, set_status_on_exception=False,
         )  # fmt: skip
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        if self._name in _ROOTS:
+            self._call_token = _IN_CALL.set(True)
         self._started = time.perf_counter()
         return self
 
@@ -108,6 +118,8 @@ class LiveSpan:
         if exc is not None:
             self.fail(error_code(exc))
         elapsed = time.perf_counter() - self._started
+        if self._call_token is not None:
+            _IN_CALL.reset(self._call_token)
         otel_context.detach(self._token)
         self._span.end()
         self._live.measured(self._name, self._labels, self._values, elapsed, self._error)
@@ -138,6 +150,38 @@ class LiveSpan:
         self._error = code
         self._span.set_attribute("error.type", code)
         self._span.set_status(Status(StatusCode.ERROR))
+
+
+@final
+class _Skipped:
+    """A stage outside any call: not recorded (see :data:`_ROOTS`)."""
+
+    __slots__ = ()
+
+    live = False
+
+    def __enter__(self) -> _Skipped:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """No-op."""
+
+    def update(self, attributes: Mapping[str, Any]) -> None:
+        """No-op."""
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """No-op."""
+
+    def fail(self, code: str) -> None:
+        """No-op."""
+
+
+SKIPPED: Final = _Skipped()
 
 
 @final
@@ -261,8 +305,10 @@ class Live:
         attributes: Mapping[str, Any] | None,
         parent: Mapping[str, str] | None,
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> LiveSpan:
-        """A stage's span (see :func:`host.observe.span`)."""
+    ) -> LiveSpan | _Skipped:
+        """A stage's span (see :func:`host.observe.span`); nothing outside a call."""
+        if name not in _ROOTS and not _IN_CALL.get():
+            return SKIPPED
         return LiveSpan(self, name, attributes, parent, kind)
 
     def trace_id(self) -> str | None:
