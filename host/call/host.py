@@ -541,7 +541,7 @@ class Host:
             return self._failed(call, failure, DenyAllEgress())
         with self._egress(call) as egress:
             try:  # step 10
-                result = self._sandboxed(call, egress, cancel, report or _no_progress)
+                result = self._run_stage(call, egress, cancel, report or _no_progress)
                 output = self._output(call.tool, result.output, call.redactor)
             except StockadeError as failure:
                 return self._failed(call, failure, egress)
@@ -557,6 +557,25 @@ class Host:
             per_hour=limit.per_hour if limit else None,
         )
 
+    def _run_stage(
+        self, call: _Admitted, egress: EgressPort, cancel: threading.Event | None, report: ProgressHook
+    ) -> SandboxResult:
+        """:meth:`_sandboxed` as one span (the sandbox, the MCP source or the host tool)."""
+        if not observe.enabled():
+            return self._sandboxed(call, egress, cancel, report)
+        tool = call.tool
+        attributes = {"stockade.tool": tool.name}
+        if self._host_tools is not None and self._host_tools.owns(tool):
+            stage = "stockade.host_tool"
+        elif (source := self._mcp.get(tool.binding.package)) is not None:
+            stage, attributes["stockade.source"] = "stockade.mcp_source", source.name
+        else:
+            stage = "stockade.sandbox"
+        with observe.span(stage, attributes) as span:
+            result = self._sandboxed(call, observe.egress(egress, egress), cancel, report)
+            span.set("stockade.fuel_used", result.usage.fuel_consumed)
+        return result
+
     def _sandboxed(
         self, call: _Admitted, egress: EgressPort, cancel: threading.Event | None, report: ProgressHook
     ) -> SandboxResult:
@@ -567,31 +586,25 @@ class Host:
             raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
         report("sandbox_started", {"tool": tool.name})
         if self._host_tools is not None and self._host_tools.owns(tool):
-            with observe.span("stockade.host_tool"):
-                ran = self._host_tools.invoke(call.plan, tool)
+            ran = self._host_tools.invoke(call.plan, tool)
             call.outcome = ran.record
             wall_ms = (time.monotonic() - call.started) * 1000
             return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))
         if (source := self._mcp.get(tool.binding.package)) is not None:
             timeout_s = limits.timeout_ms / 1000
-            with observe.span("stockade.mcp_source", {"stockade.source": source.name}):
-                return mcp_hosting.invoke(
-                    source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
-                )
-        port = egress if report is _no_progress else ReportingEgress(egress, report)
-        with observe.span("stockade.sandbox", {"stockade.tool": tool.name}) as span:
-            sandboxed = self._runtime.run(
-                self._packages[tool.binding.package].component,
-                tool=tool.name,
-                input_json=call.plan.canonical_input.decode("utf-8"),
-                limits=limits,
-                egress=observe.egress(port, egress),
-                secret_available=call.staged.__contains__,
-                scrub=call.redactor.text,
-                interrupt=cancel,
+            return mcp_hosting.invoke(
+                source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
             )
-            span.set("stockade.fuel_used", sandboxed.usage.fuel_consumed)
-        return sandboxed
+        return self._runtime.run(
+            self._packages[tool.binding.package].component,
+            tool=tool.name,
+            input_json=call.plan.canonical_input.decode("utf-8"),
+            limits=limits,
+            egress=egress if report is _no_progress else ReportingEgress(egress, report),
+            secret_available=call.staged.__contains__,
+            scrub=call.redactor.text,
+            interrupt=cancel,
+        )
 
     def _failed(self, call: _Admitted, failure: StockadeError, egress: EgressPort) -> CallResult:
         """The outcome of a call that failed after its plan was admitted (recorded)."""
