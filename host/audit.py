@@ -94,6 +94,7 @@ from typing import Any, Final, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from host import observe
 from host._files import LockHeld, lock_exclusive, open_regular
 from host.auditkey import AuditKey, verify_signature
 from host.canonical import canonical_json, parse_json
@@ -722,6 +723,7 @@ class AuditLog:
     def _lead_sync(self) -> None:
         """fsync as the leader of one batch; on failure cut the batch off (or break)."""
         failure: OSError | None = None
+        batch, started = 0, time.perf_counter()
         try:
             with self._lock:
                 fd = self._fd
@@ -739,8 +741,10 @@ class AuditLog:
             with self._cond:
                 self._syncing = False
                 if failure is None and epoch == self._epoch:
+                    batch = mark.seq - self._durable.seq
                     self._durable = mark
                 self._cond.notify_all()
+        observe.audit_synced(batch, time.perf_counter() - started, failed=failure is not None)
         if failure is not None and fd is None:
             raise AuditUnavailable("the audit log is closed")
 

@@ -173,6 +173,7 @@ class Host:
         self._gate = CallGate()  # a generation swap (host.call.reload) happens between calls
         self._reopen: Reopener | None = None
         self._follower: GenerationFollower | None = None
+        observe.watch(self._mcp_stats)  # MCP restarts and drift, read when metrics are collected
 
     # -- opening -----------------------------------------------------------------------
 
@@ -597,6 +598,12 @@ class Host:
         source = self._mcp.get(tool.binding.package)
         return source is None or tool.name in source.offered
 
+    def _mcp_stats(self) -> list[tuple[str, int, int]]:
+        """Each MCP source as (name, restarts, drifted tools); nothing once closed."""
+        if self._closed.is_set():
+            return []
+        return [(s.name, max(s.connects - 1, 0), len(s.drift)) for s in self._mcp.values()]
+
     def mcp_drift(self) -> list[dict[str, Any]]:
         """Every difference between a connected MCP server's tools and its pin."""
         return [d.to_dict() for source in self._mcp.values() for d in source.drift]
@@ -626,7 +633,7 @@ class Host:
             return self._failed(call, failure, DenyAllEgress())
         with self._egress(call) as egress:
             try:  # step 10
-                result = self._sandboxed(call, egress, cancel, report or _no_progress)
+                result = self._run_stage(call, egress, cancel, report or _no_progress)
                 output = self._output(call.tool, result.output, call.redactor)
             except StockadeError as failure:
                 return self._failed(call, failure, egress)
@@ -642,6 +649,25 @@ class Host:
             per_hour=limit.per_hour if limit else None,
         )
 
+    def _run_stage(
+        self, call: _Admitted, egress: EgressPort, cancel: threading.Event | None, report: ProgressHook
+    ) -> SandboxResult:
+        """:meth:`_sandboxed` as one span (the sandbox, the MCP source or the host tool)."""
+        if not observe.enabled():
+            return self._sandboxed(call, egress, cancel, report)
+        tool = call.tool
+        attributes = {"stockade.tool": tool.name}
+        if self._host_tools is not None and self._host_tools.owns(tool):
+            stage = "stockade.host_tool"
+        elif (source := self._mcp.get(tool.binding.package)) is not None:
+            stage, attributes["stockade.source"] = "stockade.mcp_source", source.name
+        else:
+            stage = "stockade.sandbox"
+        with observe.span(stage, attributes) as span:
+            result = self._sandboxed(call, observe.egress(egress, egress), cancel, report)
+            span.set("stockade.fuel_used", result.usage.fuel_consumed)
+        return result
+
     def _sandboxed(
         self, call: _Admitted, egress: EgressPort, cancel: threading.Event | None, report: ProgressHook
     ) -> SandboxResult:
@@ -652,39 +678,31 @@ class Host:
             raise CallCancelled(f"the caller cancelled the call of {tool.name!r} before it started")
         report("sandbox_started", {"tool": tool.name})
         if self._host_tools is not None and self._host_tools.owns(tool):
-            with observe.span("stockade.host_tool"):
-                ran = self._host_tools.invoke(call.plan, tool, cancel=cancel, staged=call.staged)
+            ran = self._host_tools.invoke(call.plan, tool, cancel=cancel, staged=call.staged)
             call.outcome = ran.record
             wall_ms = (time.monotonic() - call.started) * 1000
             return SandboxResult(json.dumps(ran.output), (), SandboxUsage(0, wall_ms, 0, False))
         if (source := self._mcp.get(tool.binding.package)) is not None:
             timeout_s = limits.timeout_ms / 1000
-            with observe.span("stockade.mcp_source", {"stockade.source": source.name}):
-                return mcp_hosting.invoke(
-                    source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
-                )
-        port = egress if report is _no_progress else ReportingEgress(egress, report)
+            return mcp_hosting.invoke(
+                source, tool.name, call.plan.canonical_input, timeout_s=timeout_s, cancel=cancel
+            )
         reads = self._plugin_reads(call)
         try:
-            with (
-                unblock_fifos_after(reads, limits.timeout_ms / 1000),
-                observe.span("stockade.sandbox", {"stockade.tool": tool.name}) as span,
-            ):
-                sandboxed = self._runtime.run(
+            with unblock_fifos_after(reads, limits.timeout_ms / 1000):
+                return self._runtime.run(
                     self._packages[tool.binding.package].component,
                     tool=tool.name,
                     input_json=call.plan.canonical_input.decode("utf-8"),
                     limits=limits,
-                    egress=observe.egress(port, egress),
+                    egress=egress if report is _no_progress else ReportingEgress(egress, report),
                     secret_available=call.staged.__contains__,
                     scrub=call.redactor.text,
                     interrupt=cancel,
                     preopens=reads.preopens,
                 )
-                span.set("stockade.fuel_used", sandboxed.usage.fuel_consumed)
         finally:
             reads.close()
-        return sandboxed
 
     def _plugin_reads(self, call: _Admitted) -> PluginReads:
         """The read-only workspace preopens of a package tool's call (host.tools.preopens),

@@ -22,7 +22,9 @@ Example (a host app)::
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar, final
 
@@ -30,6 +32,7 @@ __all__ = [
     "Span",
     "TracedAudit",
     "approval",
+    "audit_synced",
     "carrier",
     "describe_result",
     "describe_tool",
@@ -41,6 +44,8 @@ __all__ = [
     "span_ids",
     "staged",
     "trace_id",
+    "watch",
+    "watched_sources",
 ]
 
 Attributes = Mapping[str, "str | int | float | bool"]
@@ -218,6 +223,14 @@ def span_ids() -> tuple[str, str] | None:
     return None if live is None else live.span_ids()
 
 
+def audit_synced(records: int, seconds: float, *, failed: bool) -> None:
+    """Measure one group commit of the audit log: the records one fsync made durable, its
+    latency, and whether it failed."""
+    live = _live
+    if live is not None:
+        live.audit_synced(records, seconds, failed)
+
+
 def trace_id() -> str | None:
     """The current span's trace id (32 hex digits), or ``None`` outside a recorded span."""
     live = _live
@@ -257,6 +270,29 @@ class TracedAudit:
         self._inner.close()
 
 
+SourceStats = Callable[[], Iterable[tuple[str, int, int]]]
+"""A host's MCP sources as ``(name, restarts, drifted tools)`` (for the observable metrics)."""
+
+_watched: list[weakref.WeakMethod[SourceStats]] = []
+_watched_lock = threading.Lock()
+
+
+def watch(stats: SourceStats) -> None:
+    """Register a host's bound method reporting its MCP sources, held weakly (a host that
+    is gone drops out); read only when metrics are collected, so it costs nothing off."""
+    with _watched_lock:
+        _watched[:] = [ref for ref in _watched if ref() is not None]  # hosts gone drop out
+        _watched.append(weakref.WeakMethod(stats))
+
+
+def watched_sources() -> list[tuple[str, int, int]]:
+    """Every watched host's MCP sources, now (``(name, restarts, drifted tools)``)."""
+    with _watched_lock:
+        alive = [method for ref in _watched if (method := ref()) is not None]
+        _watched[:] = [weakref.WeakMethod(method) for method in alive]
+    return [row for method in alive for row in method()]
+
+
 def enabled() -> bool:
     """Whether :func:`enable` turned the hooks on."""
     return _live is not None
@@ -278,7 +314,7 @@ def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         from host.observe._live import Live  # noqa: PLC0415 - OpenTelemetry only once enabled
     except ImportError as exc:  # pragma: no cover - the suite installs the extra
         raise RuntimeError("observability needs OpenTelemetry: pip install 'stockade[otel]'") from exc
-    _live = Live(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    _live = Live(tracer_provider=tracer_provider, meter_provider=meter_provider, sources=watched_sources)
 
 
 def disable() -> None:

@@ -8,12 +8,14 @@ stable error code (``error.type``) and an ERROR status without a description.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Final, final
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -37,6 +39,11 @@ _TIMED: Final = frozenset({
     "stockade.secrets", "stockade.sandbox", "stockade.mcp_source", "stockade.host_tool", "stockade.egress",
     "stockade.output", "stockade.audit.append",
 })  # fmt: skip
+# Spans that start a unit of work; every other stage is recorded only inside one of them, so
+# a Host.prepare outside a call (the MCP server's tools/list hides denied tools with one
+# per tool) or the audit records of opening a lock make no stray root spans.
+_ROOTS: Final = frozenset({"stockade.call", "stockade.mcp.tools_call"})
+_IN_CALL: Final[ContextVar[bool]] = ContextVar("stockade_in_call", default=False)
 _UNKNOWN_TOOL: Final = "_unknown"  # a refused call names no registry tool: no untrusted string as a label
 
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
@@ -54,6 +61,7 @@ class LiveSpan:
 
     __slots__ = (
         "_attributes",
+        "_call_token",
         "_error",
         "_kind",
         "_labels",
@@ -85,6 +93,7 @@ class LiveSpan:
         self._token: Any = None
         self._started = 0.0
         self._error: str | None = None
+        self._call_token: Any = None
         self._labels: dict[str, str] = {}
         self._values: dict[str, int] = {}
         if attributes:
@@ -98,6 +107,8 @@ class LiveSpan:
             record_exception=False, set_status_on_exception=False,
         )  # fmt: skip
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        if self._name in _ROOTS:
+            self._call_token = _IN_CALL.set(True)
         self._started = time.perf_counter()
         return self
 
@@ -107,6 +118,8 @@ class LiveSpan:
         if exc is not None:
             self.fail(error_code(exc))
         elapsed = time.perf_counter() - self._started
+        if self._call_token is not None:
+            _IN_CALL.reset(self._call_token)
         otel_context.detach(self._token)
         self._span.end()
         self._live.measured(self._name, self._labels, self._values, elapsed, self._error)
@@ -140,13 +153,51 @@ class LiveSpan:
 
 
 @final
+class _Skipped:
+    """A stage outside any call: not recorded (see :data:`_ROOTS`)."""
+
+    __slots__ = ()
+
+    live = False
+
+    def __enter__(self) -> _Skipped:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """No-op."""
+
+    def update(self, attributes: Mapping[str, Any]) -> None:
+        """No-op."""
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """No-op."""
+
+    def fail(self, code: str) -> None:
+        """No-op."""
+
+
+SKIPPED: Final = _Skipped()
+
+
+@final
 class Live:
     """The tracer and instruments of an enabled host (see :func:`host.observe.enable`)."""
 
     INTERNAL: Final = SpanKind.INTERNAL
     SERVER: Final = SpanKind.SERVER
 
-    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        sources: Callable[[], list[tuple[str, int, int]]] = list,
+    ) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.stage_duration = meter.create_histogram(
@@ -173,6 +224,25 @@ class Live:
             unit="{request}",
             description="Guest HTTP requests by host and outcome",
         )
+        self._sources = sources
+        self.fsync_duration = meter.create_histogram(
+            "stockade.audit.fsync.duration", unit="s", description="Latency of one audit log fsync"
+        )
+        self.fsync_batch = meter.create_histogram(
+            "stockade.audit.batch.records", unit="{record}",
+            description="Audit records one fsync made durable (group commit)",
+        )  # fmt: skip
+        self.fsync_failures = meter.create_counter(
+            "stockade.audit.fsync.failures", unit="{fsync}", description="Audit log fsyncs that failed"
+        )
+        meter.create_observable_counter(
+            "stockade.mcp.restarts", [self._restarts], unit="{restart}",
+            description="Restarts of each pinned MCP source's server (connects after the first)",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            "stockade.mcp.drift", [self._drift], unit="{tool}",
+            description="Tools of each pinned MCP source whose live definition differs from the pin",
+        )  # fmt: skip
         self.egress_bytes = meter.create_counter(
             "stockade.egress.bytes", unit="By", description="Egress bytes by host and direction"
         )
@@ -211,6 +281,20 @@ class Live:
         elif name == "stockade.approval":
             self.approvals.add(1, {"stockade.approval.event": "invalid" if error else "redeemed"})
 
+    def _restarts(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(restarts, {"stockade.source": name}) for name, restarts, _ in self._sources()]
+
+    def _drift(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(drifted, {"stockade.source": name}) for name, _, drifted in self._sources()]
+
+    def audit_synced(self, records: int, seconds: float, failed: bool) -> None:
+        """One group commit of the audit log."""
+        if failed:
+            self.fsync_failures.add(1)
+            return
+        self.fsync_duration.record(seconds)
+        self.fsync_batch.record(records)
+
     def approval(self, event: str, channel: str) -> None:
         """Count one approval event a front end recorded."""
         self.approvals.add(1, {"stockade.approval.event": event, "stockade.approval.channel": channel})
@@ -221,8 +305,10 @@ class Live:
         attributes: Mapping[str, Any] | None,
         parent: Mapping[str, str] | None,
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> LiveSpan:
-        """A stage's span (see :func:`host.observe.span`)."""
+    ) -> LiveSpan | _Skipped:
+        """A stage's span (see :func:`host.observe.span`); nothing outside a call."""
+        if name not in _ROOTS and not _IN_CALL.get():
+            return SKIPPED
         return LiveSpan(self, name, attributes, parent, kind)
 
     def trace_id(self) -> str | None:

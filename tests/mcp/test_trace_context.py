@@ -140,3 +140,15 @@ def test_serve_over_http_continues_a_traceparent_header(world: World, otel: Otel
     assert format(served.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
     assert served.parent is not None and format(served.parent.span_id, "016x") == "b7ad6b7169203331"
     assert call.context.trace_id == served.context.trace_id
+
+
+def test_tools_list_makes_no_spans_of_its_own(world: World, otel: Otel) -> None:
+    app = world.app()
+
+    async def body() -> None:
+        async with mcp.Client(app.server, mode="legacy") as client:
+            assert (await client.list_tools()).tools
+
+    anyio.run(body)
+    app.close()
+    assert [s.name for s in otel.finished() if s.name.startswith("stockade.")] == []

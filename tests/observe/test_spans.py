@@ -162,3 +162,14 @@ def test_egress_does_not_forward_the_trace_to_third_parties(
     sent = {name.lower() for r in api.requests for name, _ in r.headers}
     assert not sent & {"traceparent", "tracestate", "baggage"}
     assert "4bf92f3577b34da6a3ce929d0e0e4736" not in repr([r.headers for r in api.requests])
+
+
+def test_prepare_outside_a_call_makes_no_stray_root_spans(
+    tmp_path: Path, api: LoopbackServer, otel: Otel
+) -> None:
+    """Host.prepare alone (the MCP server's tools/list runs one per tool) records nothing;
+    nor do the audit records of opening the lock."""
+    fx = fetch_host(tmp_path, api)
+    assert fx.host.prepare(fx.request("echo.fetch", input={"url": fetch_url(api)})).status == "ready"
+    fx.host.close()
+    assert otel.finished() == []
