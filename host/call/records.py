@@ -276,7 +276,12 @@ def egress_cause(exc: StockadeError, egress: EgressPort) -> StockadeError:
     for record in reversed(records):
         kind, _, reason = record.outcome.partition(":")
         if kind in ("denied", "invalid-request") and reason not in _UNREACHABLE_REASONS:
-            where = f"{record.method} {record.host}{record.path}" if record.host else "a malformed URL"
+            if record.host:
+                where = f"its request to {record.method} {record.host}{record.path}"
+            elif kind == "invalid-request":
+                where = "its request to a malformed URL"
+            else:  # refused before its URL was read (a credential-like header): no host to name
+                where = f"its {record.method} request" if record.method else "its request"
             hint = (
                 f"if the plugin should reach {record.host}, add it under [http] allow in stockade.toml "
                 "(host, path_prefix, methods); the allowlist is part of the reviewed package"
@@ -284,7 +289,7 @@ def egress_cause(exc: StockadeError, egress: EgressPort) -> StockadeError:
                 else "the host refuses this request whatever the allowlist says; fix the plugin's request"
             )
             return EgressDenied(
-                f"the tool failed after the host refused its request to {where} ({reason}); "
+                f"the tool failed after the host refused {where} ({reason}); "
                 f"the tool said: {exc.message}",
                 reason=reason, hint=hint, host=record.host, path=record.path, method=record.method,
             )  # fmt: skip

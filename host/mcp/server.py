@@ -530,8 +530,9 @@ class StockadeMCP:
                 answer = None
             channel = "elicitation"
         if not _accepted(answer):
-            host.record_approval(plan, "denied", channel=channel)
-            return _error_result(ApprovalDenied(f"a person declined {plan.tool}"), digest=plan.action_digest)
+            recorded = host.record_approval(plan, "denied", channel=channel)
+            declined = ApprovalDenied(f"a person declined {plan.tool}")
+            return _error_result(declined, digest=plan.action_digest, audit_id=recorded)
         return await self._run_approved(host, plan, channel, hook)
 
     async def _run_approved(
@@ -570,8 +571,10 @@ class StockadeMCP:
             signed = entry.approval if entry is not None else None
             return await self._run_approved(host, plan, "queue", hook, approval=signed)
         if status == "denied":
-            host.record_approval(plan, "denied", channel="queue")
-            return _error_result(ApprovalDenied(f"a person denied {plan.tool}"), digest=plan.action_digest)
+            denial = host.record_approval(plan, "denied", channel="queue")
+            denied = ApprovalDenied(f"a person denied {plan.tool}")
+            return _error_result(denied, digest=plan.action_digest, audit_id=denial)
+        recorded: str | None = None  # already queued: its approval.requested record is the earlier one
         if status == "absent":
             try:
                 self._queue.request(
@@ -582,7 +585,7 @@ class StockadeMCP:
                 )
             except StockadeError as exc:
                 return _error_result(exc, digest=plan.action_digest)
-            host.record_approval(plan, "requested", channel="queue")
+            recorded = host.record_approval(plan, "requested", channel="queue")
         return _error_result(
             ApprovalRequired(
                 f"{plan.tool} needs a person's approval; it is queued as {plan.action_digest}",
@@ -590,6 +593,7 @@ class StockadeMCP:
                 action_digest=plan.action_digest,
             ),
             digest=plan.action_digest,
+            audit_id=recorded,
         )
 
     async def _in_thread(self, work: Callable[..., CallResult], hook: ProgressHook | None) -> CallResult:
@@ -784,6 +788,9 @@ def _call_result(result: CallResult) -> types.CallToolResult:
     )
 
 
-def _error_result(exc: StockadeError, *, digest: str | None = None) -> types.CallToolResult:
+def _error_result(
+    exc: StockadeError, *, digest: str | None = None, audit_id: str | None = None
+) -> types.CallToolResult:
+    """A refusal as a result; ``audit_id``: the approval record written for it, if any."""
     info = ErrorInfo(code=exc.code, message=exc.message, hint=exc.hint)
-    return _call_result(CallResult(ok=False, action_digest=digest, error=info))
+    return _call_result(CallResult(ok=False, action_digest=digest, error=info, audit_id=audit_id))

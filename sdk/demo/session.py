@@ -305,8 +305,9 @@ class Session:
         self.screen.say(f"  the CDN received: {', '.join(hops) or 'nothing'}; evil.example was never "
                         "resolved or contacted (the redirect hop failed the allowlist check first)")
         redirected = any(s.host == HOSTILE_HOST and s.status == 302 for s in self.server.seen)
-        ok = not result.ok and "denied" in message.lower() and "evil.example" in message and redirected
-        expected = "denied at the redirect hop (EGRESS denied → TOOL_FAILED)"
+        ok = (not result.ok and self._code(result) == "EGRESS_DENIED" and "evil.example" in message
+              and redirected)
+        expected = "denied at the redirect hop (EGRESS_DENIED, host_not_allowed)"
         got = f"{self._code(result)}: {_tail(message)}"
         self._record("5a redirect to a forbidden host", expected, got, ok)
 
@@ -316,9 +317,11 @@ class Session:
         result = self._call("hostile.send-auth", {})
         self.screen.result("hostile.send-auth", result)
         message = result.error.message if result.error else ""
-        ok = not result.ok and "authorization" in message.lower() and len(self.server.seen) == before
-        self._record("5b guest-supplied Authorization", "denied before sending; server sees nothing",
-                     f"{self._code(result)}: {_tail(message)}", ok)
+        ok = (not result.ok and self._code(result) == "EGRESS_DENIED" and "authorization" in message.lower()
+              and len(self.server.seen) == before)
+        expected = "denied before sending (EGRESS_DENIED); server sees nothing"
+        got = f"{self._code(result)}: {_tail(message)}"
+        self._record("5b guest-supplied Authorization", expected, got, ok)
 
     def _hostile_secret(self) -> None:
         self.screen.say("\n[bold]5c[/] The plugin hunts for the tracker token")

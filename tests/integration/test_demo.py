@@ -141,6 +141,15 @@ def test_demo_lock_upgrade_flagged_by_an_independent_diff(demo: DemoRun) -> None
 
 
 @pytest.mark.slow
+def test_demo_egress_steps_say_what_was_refused(demo: DemoRun) -> None:
+    # 5b said "refused its request to a malformed URL" for a refused Authorization header, and
+    # the summary expected TOOL_FAILED where the result (correctly) is EGRESS_DENIED.
+    assert "malformed URL" not in demo.output and "TOOL_FAILED" not in demo.output
+    assert "refused its GET request (credential_header)" in demo.output
+    assert _error_code(demo.outcomes("hostile.send-auth")[0]) == "EGRESS_DENIED"
+
+
+@pytest.mark.slow
 def test_demo_summary_and_no_secret_in_output(demo: DemoRun) -> None:
     assert "all 14 steps behaved as expected" in demo.output
     assert "Bearer ****" + DEMO_TOKEN[-4:] in demo.output  # shown masked

@@ -190,6 +190,8 @@ def test_approval_declined_is_approval_denied_and_nothing_runs(world: World, mod
         assert result.is_error is True and meta(result)["code"] == "APPROVAL_DENIED"
         assert not [r for r in world.records() if r["kind"] == "call.intent"]  # the guest never ran
         assert "approval.denied" in [r["kind"] for r in world.records()]
+        (denial,) = [r for r in world.records() if r["kind"] == "approval.denied"]
+        assert meta(result)["audit_id"] == denial["hash"]  # it was null although the record exists
 
     run(body)
     app.close()
@@ -258,6 +260,8 @@ def test_client_without_elicitation_gets_queued_approval(world: World, mode: str
             refused = await client.call_tool("echo.write", {"message": "later"})
             info = meta(refused)
             assert refused.is_error is True and info["code"] == "APPROVAL_REQUIRED"
+            (asked,) = [r for r in world.records() if r["kind"] == "approval.requested"]
+            assert info["audit_id"] == asked["hash"]  # it was null although the record exists
             pending = queue.entries()
             assert [(e.action_digest, e.status, e.subject) for e in pending] == [
                 (info["action_digest"], "pending", "alice")
@@ -272,6 +276,8 @@ def test_client_without_elicitation_gets_queued_approval(world: World, mode: str
             queue.decide(info["action_digest"], approve=False, by="test")
             denied = await client.call_tool("echo.write", {"message": "later"})
             assert meta(denied)["code"] == "APPROVAL_DENIED"
+            denial = [r for r in world.records() if r["kind"] == "approval.denied"][-1]
+            assert meta(denied)["audit_id"] == denial["hash"]
         assert [r.get("ok") for r in outcomes(world, "echo.write")].count(True) == 1
         channels = [r["kind"] for r in world.records() if r.get("channel") == "queue"]
         assert channels == [
