@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import anyio
-import httpx
+import httpx2
 import mcp
 import pytest
 from mcp.client.streamable_http import streamable_http_client
@@ -69,7 +69,7 @@ def test_serve_exports_spans_over_otlp_and_counts_calls_on_its_metrics_endpoint(
                 assert (await client.call_tool("echo.say", {"message": "secret-ish input 42"})).is_error is False
 
         anyio.run(call)
-        text = httpx.get(metrics_url, timeout=10).text
+        text = httpx2.get(metrics_url, timeout=10).text
         calls = {
             (s.labels.get("stockade_tool"), s.labels.get("stockade_outcome")): s.value
             for family in text_string_to_metric_families(text) for s in family.samples

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -54,7 +54,7 @@ def test_prometheus_endpoint_counts_a_known_sequence_of_calls(
     assert [r.ok for r in outcomes] == [True, True, False]
     assert outcomes[2].error is not None and outcomes[2].error.code == "RATE_LIMITED"
     assert unknown.error is not None and unknown.error.code == "TOOL_NOT_FOUND"
-    response = httpx.get(endpoint.url, timeout=10)
+    response = httpx2.get(endpoint.url, timeout=10)
     assert response.status_code == 200
     samples = _samples(response.text)
 
@@ -80,7 +80,7 @@ def test_prometheus_endpoint_counts_a_known_sequence_of_calls(
 def test_metrics_endpoint_serves_only_metrics_and_releases_its_port() -> None:
     served = MetricsEndpoint("127.0.0.1", 0)
     port = served.port
-    assert httpx.get(served.url, timeout=10).status_code == 200
+    assert httpx2.get(served.url, timeout=10).status_code == 200
     served.close()
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
