@@ -258,9 +258,7 @@ def build_project(
     provenance = provenance_record(statement, key, built)
     _write_bundle(bundle, manifest_bytes, module, canonical_json(provenance))
     report("done", 1.0)
-    return BuildResult(
-        bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached, provenance
-    )
+    return BuildResult(bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached, provenance)
 
 
 def provenance_record(statement: dict[str, Any], key: str, built: dict[str, str]) -> dict[str, Any]:

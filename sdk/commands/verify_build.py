@@ -13,8 +13,10 @@ target's digests:
 
 When the modules differ, the report names the sections that differ and says whether
 only the pre-initialized memory snapshot differs (core-module ``data`` and ``global``
-sections) while the code is identical: see docs/authors.md, "Reproducible builds", for
-which toolchains still record build-time randomness there.
+sections). The snapshot holds the plugin's own compiled code too (componentize-py and
+componentize-js run the plugin's top level at build time), so a changed source and
+build-time randomness both show there; the ``source`` row tells them apart. See
+docs/authors.md, "Reproducible builds", for what the toolchains still record.
 
 Exit codes: 0 the rebuilt module and manifest are byte-identical to the target's, 1 they
 differ, 2 usage error (no such bundle or package). ``--json`` prints the report as one
@@ -173,9 +175,11 @@ def _print(report: dict[str, Any]) -> None:
     if difference:
         if difference["snapshot_only"]:
             print(
-                "  the code is identical; only the pre-initialized memory snapshot differs ("
+                "  the engine's code sections are identical; the pre-initialized memory snapshot differs ("
                 + ", ".join(difference["parts"])
-                + "): see docs/authors.md, Reproducible builds"
+                + "). The snapshot holds the plugin's own compiled code as well as build-time state, so "
+                "only the source check above tells a changed source from toolchain randomness: see "
+                "docs/authors.md, Reproducible builds"
             )
         else:
             print("  differing parts: " + ", ".join(difference["parts"][:12]))
