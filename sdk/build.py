@@ -15,13 +15,17 @@ Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in millisec
    staged sources, the entry source, the tool names, the guest SDK, this file, the WIT and
    the toolchain versions (componentize-py; componentize-js and node). A hit whose module
    still has its recorded digest is copied (``cached=True``).
-4. Otherwise build: ``componentize-py -d <wit> -w tool componentize _stockade_entry -p
-   <stage> -o module.wasm`` or ``node sdk/js/build.mjs`` (componentize-js with wasi:http
-   and the fetch event disabled, so no wasi:http import appears). Dependencies are
-   installed first: pip for Python (:mod:`sdk._pydeps`); for JavaScript ``npm ci
-   --ignore-scripts`` and one esbuild bundle (:mod:`sdk._jsdeps`).
+4. Otherwise build: componentize-py's ``componentize`` API (world ``tool``, app
+   ``_stockade_entry``, the staged tree and the dependencies as its only path, every path
+   relative to the build directory, the staged trees frozen by :func:`freeze_tree`) or
+   ``node sdk/js/build.mjs`` (componentize-js with wasi:http and the fetch event
+   disabled, so no wasi:http import appears). Dependencies are installed first: pip for
+   Python (:mod:`sdk._pydeps`); for JavaScript ``npm ci --ignore-scripts`` and one
+   esbuild bundle (:mod:`sdk._jsdeps`). What still makes two builds of one source differ
+   (the toolchains' pre-initialized snapshot) is in docs/authors.md, "Reproducible builds".
 5. Fill in ``module.sha256``, validate again, and write
-   ``<out>/<name>-<version>/{manifest.json,module.wasm}`` (manifest as canonical JSON),
+   ``<out>/<name>-<version>/{manifest.json,module.wasm,build.json}`` (manifest as
+   canonical JSON; ``build.json`` is :func:`provenance_record`),
    replacing an older bundle of the same version in one rename -- unless a
    ``stockade.lock`` in the project directory (or the working directory) pins that bundle
    directory with other digests: then :class:`BundleLocked` is raised and nothing is
@@ -603,6 +607,9 @@ def run_componentize_py(
         world: the world to target.
         report: progress callback.
         extra_paths: more directories of modules (installed dependencies).
+
+    ``stage`` and ``extra_paths`` are frozen (:func:`freeze_tree`) and a copy of the WIT is
+    written to ``stage.parent / "wit"``, which must not exist yet.
 
     Raises:
         BuildError: componentize-py is missing or failed.
