@@ -15,13 +15,17 @@ Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in millisec
    staged sources, the entry source, the tool names, the guest SDK, this file, the WIT and
    the toolchain versions (componentize-py; componentize-js and node). A hit whose module
    still has its recorded digest is copied (``cached=True``).
-4. Otherwise build: ``componentize-py -d <wit> -w tool componentize _stockade_entry -p
-   <stage> -o module.wasm`` or ``node sdk/js/build.mjs`` (componentize-js with wasi:http
-   and the fetch event disabled, so no wasi:http import appears). Dependencies are
-   installed first: pip for Python (:mod:`sdk._pydeps`); for JavaScript ``npm ci
-   --ignore-scripts`` and one esbuild bundle (:mod:`sdk._jsdeps`).
+4. Otherwise build: componentize-py's ``componentize`` API (world ``tool``, app
+   ``_stockade_entry``, the staged tree and the dependencies as its only path, every path
+   relative to the build directory, the staged trees frozen by :func:`freeze_tree`) or
+   ``node sdk/js/build.mjs`` (componentize-js with wasi:http and the fetch event
+   disabled, so no wasi:http import appears). Dependencies are installed first: pip for
+   Python (:mod:`sdk._pydeps`); for JavaScript ``npm ci --ignore-scripts`` and one
+   esbuild bundle (:mod:`sdk._jsdeps`). What still makes two builds of one source differ
+   (the toolchains' pre-initialized snapshot) is in docs/authors.md, "Reproducible builds".
 5. Fill in ``module.sha256``, validate again, and write
-   ``<out>/<name>-<version>/{manifest.json,module.wasm}`` (manifest as canonical JSON),
+   ``<out>/<name>-<version>/{manifest.json,module.wasm,build.json}`` (manifest as
+   canonical JSON; ``build.json`` is :func:`provenance_record`),
    replacing an older bundle of the same version in one rename -- unless a
    ``stockade.lock`` in the project directory (or the working directory) pins that bundle
    directory with other digests: then :class:`BundleLocked` is raised and nothing is
@@ -46,9 +50,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from host.canonical import canonical_json
 from host.files import replace_dir
@@ -61,6 +65,8 @@ from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
 __all__ = [
     "BUILD_ERROR_CODES",
+    "PROVENANCE_FILE",
+    "PROVENANCE_FORMAT",
     "BuildError",
     "BuildResult",
     "BundleLocked",
@@ -68,6 +74,8 @@ __all__ = [
     "build_cache_entries",
     "build_project",
     "default_cache_dir",
+    "freeze_tree",
+    "provenance_record",
     "prune_build_cache",
     "run_componentize_py",
     "stage_python",
@@ -85,13 +93,21 @@ ENTRY_MODULE: Final = "_stockade_entry"
 MAX_SOURCE_FILES: Final = 2000  # files staged from one project
 MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024  # bytes staged from one project
 TOOL_TIMEOUT_S: Final = 900  # s, one componentize run
+PROVENANCE_FILE: Final = "build.json"  # in the bundle, beside manifest.json and module.wasm
+PROVENANCE_FORMAT: Final = "stockade-provenance/1"
 STDERR_TAIL_CHARS: Final = 4000  # characters of the build tool's output kept in BuildError
 _SKIP_DIRS: Final = frozenset({"dist", "build", "node_modules", "__pycache__", "tests"})
 _SUFFIXES: Final = {"python": (".py",), "javascript": (".js", ".mjs")}
 _EXPECTED_S: Final = {"python": 12.0, "javascript": 18.0}  # s, typical build (progress only)
+# componentize-py through its Python API, not its CLI: the CLI appends the site-packages of
+# $VIRTUAL_ENV, pipenv or whatever ``python3`` is on PATH to the guest's path, so every
+# build imported from (and its pre-initialized snapshot recorded) the build machine's
+# installed packages. The API takes the path exactly as given (argv[1] is a JSON list of
+# its arguments, relative to the working directory).
 _COMPONENTIZE_PY: Final = (
-    "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())"
+    "import json, sys; import componentize_py; componentize_py.componentize(*json.loads(sys.argv[1]))"
 )
+FIXED_MTIME: Final = 315532800  # 1980-01-01T00:00:00Z: every staged file's mtime (zip's epoch)
 
 
 class BundleLocked(RuntimeError):
@@ -161,6 +177,8 @@ class BuildResult:
         module_path: ``bundle_dir/module.wasm``.
         module_sha256: hex digest of the module, as in the manifest.
         cached: True when the module came from the build cache.
+        provenance: what the module was built from, as written to ``bundle_dir/build.json``
+            (:data:`PROVENANCE_FORMAT`: source digest, files, toolchain versions, WIT).
     """
 
     bundle_dir: Path
@@ -168,6 +186,7 @@ class BuildResult:
     module_path: Path
     module_sha256: str
     cached: bool
+    provenance: dict[str, Any] = field(default_factory=dict)
 
 
 def default_cache_dir() -> Path:
@@ -221,7 +240,8 @@ def build_project(
         report("staging sources", 0.05)
         sources = _stage(project, stage, exclude=out)
         target = _Target(Path(wit_path) if wit_path is not None else WIT_PATH, world or WORLD_NAME)
-        key = _cache_key(project, sources, target, report)
+        statement = _build_statement(project, sources, target, report)
+        key = _sha256(canonical_json(statement))
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         module = _cache_get(cache, key)
         cached = module is not None
@@ -239,9 +259,27 @@ def build_project(
     built = {"manifest_sha256": _sha256(manifest_bytes), "module_sha256": digest}
     for lock in _nearby_locks(project.root):
         _refuse_locked_overwrite(lock, bundle, final.package.name, final.package.version, built)
-    _write_bundle(bundle, manifest_bytes, module)
+    provenance = provenance_record(statement, key, built)
+    _write_bundle(bundle, manifest_bytes, module, canonical_json(provenance))
     report("done", 1.0)
-    return BuildResult(bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached)
+    return BuildResult(bundle, bundle / "manifest.json", bundle / "module.wasm", digest, cached, provenance)
+
+
+def provenance_record(statement: dict[str, Any], key: str, built: dict[str, str]) -> dict[str, Any]:
+    """The ``build.json`` of a bundle: what its module was built from.
+
+    ``source_sha256`` is the digest of the canonical JSON of ``files`` (every staged file:
+    the author's sources, the guest SDK and the generated entry module, by relative path);
+    ``build_key`` is the build cache key, the digest of everything else recorded here too.
+    """
+    files = statement["files"]
+    return {
+        "format": PROVENANCE_FORMAT,
+        "source_sha256": _sha256(canonical_json(files)),
+        "build_key": key,
+        **built,
+        **{k: v for k, v in statement.items() if k != "format"},
+    }
 
 
 # --- staging ----------------------------------------------------------------------------
@@ -428,10 +466,11 @@ class _Target:
         }
 
 
-def _cache_key(
+def _build_statement(
     project: Project, files: dict[str, bytes], target: _Target, report: ProgressCallback = _noop
-) -> str:
-    statement = {
+) -> dict[str, Any]:
+    """Everything a module depends on; its canonical JSON's digest is the build cache key."""
+    return {
         "format": "stockade-build/1",
         "language": project.language,
         "source": project.source,
@@ -443,7 +482,12 @@ def _cache_key(
         "toolchain": _toolchain(project.language, report),
         "dependencies": list(project.dependencies),
     }
-    return _sha256(canonical_json(statement))
+
+
+def _cache_key(
+    project: Project, files: dict[str, bytes], target: _Target, report: ProgressCallback = _noop
+) -> str:
+    return _sha256(canonical_json(_build_statement(project, files, target, report)))
 
 
 def _cache_get(cache: Path, key: str) -> bytes | None:
@@ -564,20 +608,61 @@ def run_componentize_py(
         report: progress callback.
         extra_paths: more directories of modules (installed dependencies).
 
+    ``stage`` and ``extra_paths`` are frozen (:func:`freeze_tree`) and a copy of the WIT is
+    written to ``stage.parent / "wit"``, which must not exist yet.
+
     Raises:
         BuildError: componentize-py is missing or failed.
     """
     _toolchain("python")
-    argv = [sys.executable, "-c", _COMPONENTIZE_PY, "-d", str(wit_path), "-w", world]
-    argv += ["componentize", ENTRY_MODULE, "-p", str(stage)]
-    for path in extra_paths or []:
-        argv += ["-p", str(path)]
-    argv += ["-o", str(out)]
-    _run_tool(argv, cwd=stage, label="componentize-py", expected_s=_EXPECTED_S["python"], report=report)
+    work = stage.parent
+    wit = _stage_wit(wit_path, work / "wit")
+    paths = [stage, *(extra_paths or [])]
+    for path in paths:
+        freeze_tree(path)
+    # (wit paths, worlds, features, all features, world module, python path, module
+    # worlds, app name, output, stub wasi, import/export interface names, full names,
+    # intersect world): every path relative to ``work``, so no absolute path of the
+    # build machine reaches componentize-py.
+    call = [
+        [os.path.relpath(wit, work)], [world], [], False, None, [os.path.relpath(p, work) for p in paths],
+        [], ENTRY_MODULE, str(out), False, [], [], False, None,
+    ]  # fmt: skip
+    argv = [sys.executable, "-c", _COMPONENTIZE_PY, json.dumps(call)]
+    _run_tool(argv, cwd=work, label="componentize-py", expected_s=_EXPECTED_S["python"], report=report)
     if not out.is_file():
         raise BuildError(
             f"componentize-py reported success but wrote no {out.name}", code="BUILD_TOOL_FAILED"
         )
+
+
+def _stage_wit(wit_path: Path, dest: Path) -> Path:
+    """A copy of the WIT file or directory at ``dest`` (a path of the build directory)."""
+    if wit_path.is_dir():
+        shutil.copytree(wit_path, dest)
+        return dest
+    dest.mkdir()
+    shutil.copyfile(wit_path, dest / wit_path.name)
+    return dest / wit_path.name
+
+
+def freeze_tree(root: Path) -> None:
+    """Make a staged tree independent of when it was staged, for componentize-py's pre-init.
+
+    The pre-initialized snapshot records what the guest's imports saw: every file's and
+    directory's mtime is set to :data:`FIXED_MTIME`, and each directory holding ``*.py``
+    gets a ``__pycache__`` *file*, so CPython cannot write bytecode there during the
+    pre-init (it skips a cache directory it cannot create; the writes would change
+    directory mtimes while modules are still being imported).
+    """
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
+        here = Path(dirpath)
+        if any(n.endswith(".py") for n in filenames) and not (here / "__pycache__").exists():
+            (here / "__pycache__").write_bytes(b"")
+            filenames.append("__pycache__")
+        for name in filenames:
+            os.utime(here / name, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
+        os.utime(here, (FIXED_MTIME, FIXED_MTIME))
 
 
 def _run_componentize_js(
@@ -670,13 +755,14 @@ def _refuse_locked_overwrite(
             raise BundleLocked(lock, name, version, locked, built)
 
 
-def _write_bundle(bundle: Path, manifest: bytes, module: bytes) -> None:
+def _write_bundle(bundle: Path, manifest: bytes, module: bytes, provenance: bytes) -> None:
     """Write the bundle beside its final place, then swap it in."""
     bundle.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{bundle.name}-", dir=bundle.parent))
     try:
         (tmp / "module.wasm").write_bytes(module)
         (tmp / "manifest.json").write_bytes(manifest)
+        (tmp / PROVENANCE_FILE).write_bytes(provenance)
         replace_dir(tmp, bundle)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -54,6 +54,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("sign", "sign a bundle with an Ed25519 key"),
     # security reviewers
     Command("inspect", "capability report of a bundle or every package of a lock"),
+    Command("verify-build", "rebuild a project in a clean cache; compare with a bundle or locked package"),
     Command("lock", "add, remove and verify locked packages"),
     Command("diff", "what a lock change adds or widens (exit 3 on escalation)"),
     # distribution

@@ -90,10 +90,11 @@ def test_damaged_cache_entry_is_not_used(tmp_path: Path, damage) -> None:
 
 def test_bundle_is_replaced_whole(tmp_path: Path) -> None:
     bundle = tmp_path / "out" / "mini-0.1.0"
-    build._write_bundle(bundle, b"{}", b"old")
+    build._write_bundle(bundle, b"{}", b"old", b"{}")
     (bundle / "stale.txt").write_text("left over")
-    build._write_bundle(bundle, b'{"a":1}', b"new")
-    assert sorted(p.name for p in bundle.iterdir()) == ["manifest.json", "module.wasm"]
+    build._write_bundle(bundle, b'{"a":1}', b"new", b'{"b":2}')
+    assert sorted(p.name for p in bundle.iterdir()) == ["build.json", "manifest.json", "module.wasm"]
+    assert (bundle / "build.json").read_bytes() == b'{"b":2}'
     assert (bundle / "module.wasm").read_bytes() == b"new"
     assert [p.name for p in bundle.parent.iterdir()] == ["mini-0.1.0"]
 
