@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from tests.mcp.conftest import World
 from tests.mcp.test_http import HEADERS, INITIALIZE, grant_carol_reader, http_server
@@ -52,8 +52,8 @@ def test_serve_reads_the_tokens_file_tokens_add_wrote_by_default(world: World) -
     token = json.loads(added.stdout)["token"]
     with http_server(world) as served:  # no --tokens-file: <state-dir>/tokens.json, as `tokens add` wrote it
         assert any("bearer tokens from" in line and "(1 tokens)" in line for line in served.stderr)
-        assert httpx.post(served.url, json=INITIALIZE, headers=HEADERS, timeout=30).status_code == 401
-        ok = httpx.post(served.url, json=INITIALIZE, headers=HEADERS | {"Authorization": f"Bearer {token}"},
+        assert httpx2.post(served.url, json=INITIALIZE, headers=HEADERS, timeout=30).status_code == 401
+        ok = httpx2.post(served.url, json=INITIALIZE, headers=HEADERS | {"Authorization": f"Bearer {token}"},
                         timeout=30)
         assert ok.status_code == 200, ok.text
 
@@ -64,11 +64,11 @@ def test_tokens_server_publishes_no_oauth_metadata(world: World) -> None:
     tokens = world.state / "tokens.json"
     with http_server(world, "--tokens", str(tokens)) as served:
         base = served.url.rsplit("/mcp", 1)[0]
-        refused = httpx.post(served.url, json=INITIALIZE, headers=HEADERS, timeout=30)
+        refused = httpx2.post(served.url, json=INITIALIZE, headers=HEADERS, timeout=30)
         assert refused.status_code == 401
         assert "resource_metadata" not in refused.headers.get("www-authenticate", "")
         for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
-            assert httpx.get(base + path, timeout=30).status_code == 404
+            assert httpx2.get(base + path, timeout=30).status_code == 404
 
 
 def test_tokens_add_and_serve_name_the_file_with_the_same_option(world: World, tmp_path: Path) -> None:
