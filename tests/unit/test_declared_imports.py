@@ -61,8 +61,22 @@ def _declared() -> set[str]:
     return {canonicalize_name(Requirement(text).name) for text in requirements}
 
 
+def _providers() -> dict[str, list[str]]:
+    """Top-level module -> the distributions that provide it. Python 3.10's
+    ``packages_distributions`` reads only ``top_level.txt``, which namespace packages such
+    as ``opentelemetry`` do not ship; each distribution's files are read too, as 3.11+ does."""
+    providers = {name: list(dists) for name, dists in importlib.metadata.packages_distributions().items()}
+    for dist in importlib.metadata.distributions():
+        for file in dist.files or ():
+            top = file.parts[0] if file.parts else ""
+            name = top.removesuffix(".py")
+            if name and "." not in name and name.isidentifier():
+                providers.setdefault(name, []).append(dist.metadata["Name"])
+    return providers
+
+
 def test_every_top_level_import_in_host_and_sdk_is_a_declared_dependency() -> None:
-    providers = importlib.metadata.packages_distributions()
+    providers = _providers()
     declared = _declared()
     undeclared = {}
     for module, files in sorted(_imports().items()):
