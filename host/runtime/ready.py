@@ -60,7 +60,7 @@ __all__ = ["IDLE_S", "MAX_KEYS", "POOL_THRESHOLD_S", "SAMPLES", "LogSink", "Read
 
 POOL_THRESHOLD_S: Final = 0.000_2  # seconds of an on-demand instantiation that make a key pooled
 SAMPLES: Final = 3  # on-demand instantiations a key is judged on
-MAX_KEYS: Final = 32  # (component, limits) pools kept at once
+MAX_KEYS: Final = 8  # (component, limits) pools kept at once: bounds the idle memory
 IDLE_S: Final = 120.0  # seconds without a call after which a key's pool is drained
 
 Key = tuple[str, SandboxLimits]
