@@ -13,6 +13,7 @@ limits) carry ``@pytest.mark.cranelift`` and run under Cranelift;
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +97,14 @@ def clean_environ(request: pytest.FixtureRequest) -> Iterator[None]:
 def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory shared by the whole test session for built plugins and artifacts."""
     return tmp_path_factory.mktemp("stockade-session-cache")
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP listener on 127.0.0.1 (random port) that a sandboxed guest or process must not
+    reach; ``accept`` times out after 0.5 s, so "nothing connected" is a TimeoutError."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        server.settimeout(0.5)
+        yield server

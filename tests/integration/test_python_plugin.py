@@ -73,15 +73,6 @@ def _output(result: SandboxResult) -> object:
     return json.loads(result.output)
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen()
-        srv.settimeout(0.5)
-        yield srv
-
-
 def _assert_no_connection(srv: socket.socket) -> None:
     with pytest.raises(TimeoutError):
         srv.accept()

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +61,6 @@ def _wait_no_sleepers(seconds: float) -> list[int]:
     while (left := _sleepers()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
-
-
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _probe(conn: Any, secret: Path, port: int) -> dict[str, Any]:

@@ -62,18 +62,6 @@ def _py(ex: ExecHost, code: str) -> dict[str, object]:
     return _out(ex, "python3", "-c", textwrap.dedent(code))
 
 
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def _accepted_any(server: socket.socket) -> bool:
     try:
         conn, _ = server.accept()
