@@ -159,7 +159,7 @@ class ReadyPools:
 
         A key is judged on the fastest of its first :data:`SAMPLES` instantiations (the
         first one of a component also pays for faulting in its compiled code)."""
-        if self.depth == 0:
+        if self.depth == 0 or key in self._refused:  # judged already: the common case, no lock
             return
         with self._cond:
             if self._closed or key in self._pools or key in self._refused:

@@ -208,17 +208,20 @@ def _overlaps(path: str, own: str) -> bool:
     return path in (".", own) or own.startswith(path + "/") or path.startswith(own + "/")
 
 
-@contextlib.contextmanager
-def unblock_fifos_after(reads: PluginReads, deadline_s: float) -> Iterator[None]:
+def unblock_fifos_after(reads: PluginReads, deadline_s: float) -> contextlib.AbstractContextManager[None]:
     """Around a plugin call with preopens: unblock a guest stuck on a FIFO past its deadline.
 
     Args:
-        reads: the call's preopens (nothing happens without any).
+        reads: the call's preopens (without any: a no-op, no thread; most plugin calls).
         deadline_s: seconds; the call's deadline from now.
     """
     if not reads.preopens:
-        yield
-        return
+        return contextlib.nullcontext()
+    return _unblocking(reads, deadline_s)
+
+
+@contextlib.contextmanager
+def _unblocking(reads: PluginReads, deadline_s: float) -> Iterator[None]:
     done = threading.Event()
     fds = [p.fd for p in reads.preopens]
 
