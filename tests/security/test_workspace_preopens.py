@@ -22,6 +22,7 @@ import pytest
 
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.config import WorkspaceGrant
+from host.tools import preopens
 from host.tools.paths import Workspace
 from host.tools.preopens import FIFO_GRACE_S, PluginReads, open_plugin_reads, unblock_fifos_after
 from tests.support.bundles import lock_entry, write_bundle, write_lock
@@ -302,3 +303,26 @@ def test_fifo_unblocker_costs_nothing_on_a_call_that_ends_in_time(workspace: Wor
             os.close(fd)
     finally:
         reads.close()
+
+
+@pytest.mark.parametrize(("budget", "poked"), [(5, False), (1000, True)])
+def test_fifo_walk_stops_at_its_entry_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int, poked: bool
+) -> None:
+    monkeypatch.setattr(preopens, "FIFO_SCAN_ENTRIES", budget)
+    (tmp_path / "deep").mkdir()
+    for i in range(10):
+        (tmp_path / f"f{i}").write_text("x")
+    os.mkfifo(tmp_path / "deep" / "pipe")
+    reader = os.open(tmp_path / "deep" / "pipe", os.O_RDONLY | os.O_NONBLOCK)  # a waiting reader
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        preopens._poke_fifos(root)
+        try:
+            got = os.read(reader, 16)
+        except BlockingIOError:
+            got = b""
+    finally:
+        os.close(root)
+        os.close(reader)
+    assert got == (b"\n" if poked else b"")

@@ -411,6 +411,9 @@ def test_problem_list_is_capped() -> None:
     assert problems[-1]["msg"].startswith("... and ")
 
 
+LONG_PATH = "/".join(["d" * 200] * 5) + "/" + "d" * 19  # 1,024 characters, components under 255
+
+
 @pytest.mark.parametrize(
     ("read", "loc"),
     [
@@ -425,6 +428,7 @@ def test_problem_list_is_capped() -> None:
         (["docs", "docs/api"], "workspace.read"),  # already covered
         (["docs", "."], "workspace.read"),
         ([f"d{i}" for i in range(17)], "workspace.read"),  # one over the 16 entries
+        ([LONG_PATH + "d"], "workspace.read.0"),  # one over 1024 characters
     ],
 )
 def test_workspace_read_entry_refused_with_location(read: list[str], loc: str) -> None:
@@ -440,6 +444,8 @@ def test_workspace_read_in_normal_form_accepted_and_kept_in_the_bytes() -> None:
     assert "workspace" not in json.loads(PackageManifest.from_json(manifest_bytes(make_manifest())).to_json())
     limit = PackageManifest.from_json(manifest_bytes({**make_manifest(), "workspace": {"read": [f"d{i}" for i in range(16)]}}))
     assert limit.workspace is not None and len(limit.workspace.read) == 16
+    longest = PackageManifest.from_json(manifest_bytes({**make_manifest(), "workspace": {"read": [LONG_PATH]}}))
+    assert longest.workspace is not None and longest.workspace.read == (LONG_PATH,)
 
 
 @pytest.mark.parametrize("access", [{"read": ["docs"], "write": ["docs"]}, {"write": ["."]}, {"read": ["docs"], "rw": True}])

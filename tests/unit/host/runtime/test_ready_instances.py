@@ -223,3 +223,34 @@ def test_cancel_stops_a_ready_instance(tmp_path: Path, pooled: None) -> None:
                 _run(rt, loaded, limits, interrupt=cancel)
             assert time.monotonic() - started < 2
         assert rt._ready.taken == taken + 1
+
+
+def _pool(rt: Runtime, loaded: LoadedComponent, limits: SandboxLimits) -> None:
+    for _ in range(ready_module.SAMPLES):
+        _run(rt, loaded, limits)
+    _wait_ready(rt, loaded, limits, 1)
+
+
+def test_at_most_max_keys_pools_the_least_recently_used_dropped(tmp_path: Path, pooled: None) -> None:
+    limits = [
+        SandboxLimits(fuel=50_000_000 + i, memory_bytes=16 << 20, timeout_ms=2_000, max_log_bytes=4096)
+        for i in range(ready_module.MAX_KEYS + 1)
+    ]
+    with _runtime(tmp_path, depth=1) as rt:
+        loaded = _load(rt, wat.counter_component())
+        for each in limits:
+            _pool(rt, loaded, each)
+        kept = [i for i, each in enumerate(limits) if (loaded.sha256, each) in rt._ready._pools]
+        assert kept == list(range(1, ready_module.MAX_KEYS + 1))  # the first (oldest) key went
+
+
+def test_a_key_idle_past_idle_s_is_drained(tmp_path: Path, pooled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ready_module, "IDLE_S", 0.2)
+    with _runtime(tmp_path) as rt:
+        loaded = _load(rt, wat.counter_component())
+        _pool(rt, loaded, LIMITS)
+        deadline = time.monotonic() + 5
+        while (loaded.sha256, LIMITS) in rt._ready._pools:
+            assert time.monotonic() < deadline, "an idle key was never drained"
+            time.sleep(0.05)
+        assert rt._ready.ready_count((loaded.sha256, LIMITS)) == 0
