@@ -11,12 +11,14 @@ Example::
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Final, Literal
 
 __all__ = ["DEFAULT_CEILINGS", "Ceilings", "CommandEntry", "HostConfig", "WorkspaceGrant"]
@@ -112,7 +114,11 @@ _COMMAND_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # The sandbox sets these itself (a fixed PATH, HOME in the private /tmp, LANG, TZ); the
 # loader variables would let an entry's environment change what the binary links against.
-_ENV_RESERVED: Final = frozenset({"PATH", "HOME", "LANG", "TZ", "TMPDIR", "PWD"})
+# The proxy variables are the sandbox's too (network egress points them at its relay).
+_ENV_RESERVED: Final = frozenset({
+    "PATH", "HOME", "LANG", "TZ", "TMPDIR", "PWD", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+    "http_proxy", "https_proxy", "all_proxy", "no_proxy",
+})  # fmt: skip
 COMMAND_OUTPUT_CEILING: Final = 512 * 1024  # bytes kept of one stream (stdout or stderr)
 COMMAND_TIMEOUT_CEILING_MS: Final = 3_600_000  # ms, the longest max_timeout_ms
 
@@ -131,7 +137,16 @@ class CommandEntry:
         path: the absolute path of the executable.
         max_timeout_ms: ms, the longest deadline a call may ask for (default 30 s).
         network: ``"none"`` (a fresh network namespace, non-``AF_UNIX`` sockets refused by
-            seccomp). ``"egress"`` (a host-run proxy) is not implemented: refused.
+            seccomp) or ``"egress"``: still a fresh namespace, and a host-run forward proxy
+            (:mod:`host.sandbox.proxy`) reached through ``HTTP_PROXY``/``HTTPS_PROXY``
+            admits what ``allow`` lists, with the egress rules of plugin HTTP.
+        allow: with ``egress`` (and only then; at least one): entries in the grammar of
+            a manifest's ``http.allow`` (``scheme``, ``host``, ``port``, ``path_prefix``,
+            ``methods``). A tunnel (``CONNECT``, https) needs ``path_prefix = "/"``.
+        max_egress_bytes: bytes through the proxy per call, both directions together.
+        landlock: ``"auto"`` (Landlock as a second filesystem and TCP layer where the
+            kernel has it; audited ``unavailable`` otherwise) or ``"required"`` (no
+            Landlock: ``SANDBOX_UNAVAILABLE``).
         workspace: ``"ro"`` or ``"rw"``: how the workspace root is bound (``.git`` and
             Stockade's files inside it are always re-bound read-only).
         env: variables set in the cleared environment, literal values (visible to the
@@ -159,6 +174,9 @@ class CommandEntry:
     path: Path
     max_timeout_ms: int = 30_000  # ms
     network: Literal["none", "egress"] = "none"
+    allow: tuple[Mapping[str, object], ...] = ()
+    max_egress_bytes: int = 64 * MiB  # bytes, per call
+    landlock: Literal["auto", "required"] = "auto"
     workspace: Literal["ro", "rw"] = "ro"
     env: Mapping[str, str] = field(default_factory=dict)
     secret_env: Mapping[str, str] = field(default_factory=dict)
@@ -178,8 +196,8 @@ class CommandEntry:
         if "\x00" in text or not Path(text).is_absolute():
             raise ValueError(f"command {self.name}: path must be absolute, got {text!r}")
         object.__setattr__(self, "path", Path(text))
-        for name in ("max_timeout_ms", "max_output_bytes", "cpu_s", "memory_bytes", "max_processes",
-                     "max_file_bytes", "max_open_files"):  # fmt: skip
+        for name in ("max_timeout_ms", "max_output_bytes", "max_egress_bytes", "cpu_s", "memory_bytes",
+                     "max_processes", "max_file_bytes", "max_open_files"):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"command {self.name}: {name} must be a positive int, got {value!r}")
@@ -187,11 +205,9 @@ class CommandEntry:
             raise ValueError(f"command {self.name}: max_timeout_ms is at most {COMMAND_TIMEOUT_CEILING_MS}")
         if self.max_output_bytes > COMMAND_OUTPUT_CEILING:
             raise ValueError(f"command {self.name}: max_output_bytes is at most {COMMAND_OUTPUT_CEILING}")
-        if self.network == "egress":  # fail closed until the proxy exists
-            raise ValueError(
-                f'command {self.name}: network = "egress" is not supported by this host yet; use "none"'
-            )
-        _one_of(self.name, "network", self.network, ("none",))
+        _one_of(self.name, "network", self.network, ("none", "egress"))
+        _one_of(self.name, "landlock", self.landlock, ("auto", "required"))
+        object.__setattr__(self, "allow", _allow_entries(self.name, self.network, self.allow))
         _one_of(self.name, "workspace", self.workspace, ("ro", "rw"))
         _one_of(self.name, "effect", self.effect, ("read", "write", "execute", "external"))
         _one_of(self.name, "risk", self.risk, ("low", "medium", "high"))
@@ -216,12 +232,42 @@ class CommandEntry:
         """The entry as JSON data (what the action digest binds and ``inspect`` shows)."""
         return {
             "name": self.name, "path": str(self.path), "max_timeout_ms": self.max_timeout_ms,
-            "network": self.network, "workspace": self.workspace, "env": dict(self.env),
+            "network": self.network, "allow": [dict(a) for a in self.allow],
+            "max_egress_bytes": self.max_egress_bytes, "landlock": self.landlock,
+            "workspace": self.workspace, "env": dict(self.env),
             "secret_env": dict(self.secret_env),
             "effect": self.effect, "risk": self.risk, "max_output_bytes": self.max_output_bytes,
             "cpu_s": self.cpu_s, "memory_bytes": self.memory_bytes, "max_processes": self.max_processes,
             "max_file_bytes": self.max_file_bytes, "max_open_files": self.max_open_files,
         }  # fmt: skip
+
+
+def _allow_entries(command: str, network: str, entries: object) -> tuple[Mapping[str, object], ...]:
+    """``allow`` parsed by the manifest's ``http.allow`` model: one grammar for both."""
+    if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, (list, tuple)):
+        raise ValueError(f"command {command}: allow must be a list of tables")
+    if network != "egress":
+        if entries:
+            raise ValueError(f'command {command}: allow needs network = "egress"')
+        return ()
+    if not entries:
+        raise ValueError(f'command {command}: network = "egress" needs at least one allow entry')
+    from pydantic import ValidationError  # noqa: PLC0415 - only for egress entries
+
+    from host.egress.policy import EgressPolicy  # noqa: PLC0415
+    from host.formats.manifest import AllowEntry  # noqa: PLC0415
+
+    parsed: list[Mapping[str, object]] = []
+    for index, entry in enumerate(entries):
+        try:
+            data = dict(entry) if isinstance(entry, Mapping) else entry
+            model = AllowEntry.model_validate_json(json.dumps(data))
+        except (ValidationError, TypeError, ValueError) as exc:
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise ValueError(f"command {command}: allow[{index}]: {first}") from None
+        parsed.append(MappingProxyType(model.model_dump(mode="json")))
+    EgressPolicy.from_allow(parsed)  # the policy the proxy builds: refuses what it cannot parse
+    return tuple(parsed)
 
 
 def _one_of(command: str, key: str, value: object, allowed: tuple[str, ...]) -> None:

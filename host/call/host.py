@@ -254,7 +254,7 @@ class Host:
         host_tools: HostToolSet | None = None
         try:
             audit_path = [Path(audit)] if isinstance(audit, (str, Path)) else []
-            host_tools = host_tools_for(config, protected=[Path(lock), *audit_path])
+            host_tools = host_tools_for(config, protected=[Path(lock), *audit_path], resolver=resolver)
             generation = load_generation(
                 loaded, pinned, config=config, state=state, secrets=secrets, progress=progress,
                 unsafe_accept_rollback=unsafe_accept_rollback, resolver=resolver, host_tools=host_tools,

@@ -30,6 +30,7 @@ controller); a root host with neither refuses with ``SANDBOX_UNAVAILABLE``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -41,6 +42,7 @@ from typing import Final, Literal
 
 from host.canonical import digest_json
 from host.errors import SandboxUnavailable
+from host.sandbox.launch import RELAY_PORT
 from host.sandbox.seccomp import build_filter
 
 __all__ = ["FIXED_ENV", "WORKSPACE", "Limits", "PidsCgroup", "SandboxProfile", "find_bwrap", "server_argv"]
@@ -52,6 +54,14 @@ FIXED_ENV: Final = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SANDBOX_TMP, "LANG": "C.UTF-8", "TZ": "UTC",
 }  # fmt: skip
 PRLIMIT: Final = "/usr/bin/prlimit"
+LAUNCH_PYTHON: Final = "/usr/bin/python3"  # the system's: bound read-only with /usr
+LAUNCH_DIR: Final = "/.stockade"  # inside the sandbox: the launcher and the proxy socket (never granted)
+_LAUNCH_SOURCE: Final = Path(__file__).with_name("launch.py")
+RELAY_URL: Final = f"http://127.0.0.1:{RELAY_PORT}"
+PROXY_ENV: Final = {
+    "HTTP_PROXY": RELAY_URL, "HTTPS_PROXY": RELAY_URL, "http_proxy": RELAY_URL, "https_proxy": RELAY_URL,
+    "ALL_PROXY": RELAY_URL, "all_proxy": RELAY_URL, "NO_PROXY": "", "no_proxy": "",
+}  # fmt: skip
 _MERGED: Final = ("bin", "lib", "lib64", "sbin", "lib32", "libx32")
 # The /etc files programs need to start (dynamic loader, locale, TLS roots, names); never
 # the whole /etc (shadow, ssh host keys, the host's own configuration).
@@ -99,7 +109,10 @@ class SandboxProfile:
         masked: relative paths hidden inside the sandbox (the grant's deny list): a
             directory by an empty tmpfs, a file by ``/dev/null``.
         binary: the executable's resolved absolute path (bound read-only if outside /usr).
-        network: ``"none"``.
+        network: ``"none"``, or ``"egress"``: the proxy variables of :data:`PROXY_ENV` point
+            at the launcher's relay on the sandbox's own loopback (:mod:`host.sandbox.proxy`).
+        landlock: ``"abi N"`` (the launcher applies Landlock of that ABI) or
+            ``"unavailable"`` (the kernel has none; bwrap and seccomp alone).
         env: the entry's variables (added to :data:`FIXED_ENV`).
         secret_env: variable -> secret name (the values are given per call, never bound).
         limits: the rlimits.
@@ -110,7 +123,8 @@ class SandboxProfile:
     read_only: tuple[str, ...]
     masked: tuple[str, ...] = ()
     binary: Path
-    network: Literal["none"]
+    network: Literal["none", "egress"]
+    landlock: str = "unavailable"
     env: Mapping[str, str] = field(default_factory=dict)
     secret_env: Mapping[str, str] = field(default_factory=dict)
     limits: Limits
@@ -128,7 +142,9 @@ class SandboxProfile:
             "masked": list(self.masked),
             "binary": str(self.binary),
             "network": self.network,
-            "env": {**FIXED_ENV, **self.env},
+            "landlock": self.landlock,
+            "landlock_grants": self.landlock_grants() if self.uses_launcher else None,
+            "env": self._fixed_env(),
             "secret_env": dict(self.secret_env),
             "system": [*_SYSTEM, *_ETC],
             "limits": self.limits.prlimit_args(),
@@ -148,11 +164,49 @@ class SandboxProfile:
         Raises:
             KeyError: a secret of ``secret_env`` is not in ``secrets`` (caller misuse).
         """
-        return {**FIXED_ENV, **self.env, **{var: secrets[name] for var, name in self.secret_env.items()}}
+        return {**self._fixed_env(), **{var: secrets[name] for var, name in self.secret_env.items()}}
 
-    def argv(self, bwrap: str, *, seccomp_fd: int, status_fd: int, cwd: str, command: list[str]) -> list[str]:
+    def _fixed_env(self) -> dict[str, str]:
+        return {**FIXED_ENV, **(PROXY_ENV if self.network == "egress" else {}), **self.env}
+
+    @property
+    def uses_launcher(self) -> bool:
+        """Whether the command starts through :mod:`host.sandbox.launch` (Landlock, relay)."""
+        return self.landlock != "unavailable" or self.network == "egress"
+
+    def landlock_grants(self) -> dict[str, list[str]]:
+        """The paths (inside the sandbox) Landlock grants: ``read`` (read and execute) and
+        ``write`` (every right). Nothing else is reachable, whatever bwrap binds."""
+        read = [*_SYSTEM, "/etc", "/proc"]
+        read += [f"/{n}" for n in _MERGED if (Path("/") / n).is_dir() and not (Path("/") / n).is_symlink()]
+        if not str(self.binary).startswith(tuple(f"{s}/" for s in _SYSTEM)):
+            read.append(str(self.binary))
+        write = [SANDBOX_TMP, "/dev"]
+        (write if self.mode == "rw" else read).append(WORKSPACE)
+        return {"read": read, "write": write}
+
+    def _launcher(self, command: list[str], proxy_socket: Path | None) -> tuple[list[str], list[str]]:
+        """The binds and the argv prefix of the launcher (empty when it is not used)."""
+        if not self.uses_launcher:
+            return [], command
+        if self.network == "egress" and proxy_socket is None:
+            raise RuntimeError("network egress runs with a proxy socket")
+        binds = ["--ro-bind", str(_LAUNCH_SOURCE), f"{LAUNCH_DIR}/launch.py"]
+        relay = None
+        if proxy_socket is not None:
+            relay = f"{LAUNCH_DIR}/proxy.sock"
+            binds += ["--bind", str(proxy_socket), relay]
+        mode = "off" if self.landlock == "unavailable" else "required"
+        spec = json.dumps({"landlock": mode, "relay": relay, **self.landlock_grants()}, separators=(",", ":"))
+        return binds, [LAUNCH_PYTHON, "-I", "-S", f"{LAUNCH_DIR}/launch.py", spec, "--", *command]
+
+    def argv(
+        self, bwrap: str, *, seccomp_fd: int, status_fd: int, cwd: str, command: list[str],
+        proxy_socket: Path | None = None,
+    ) -> list[str]:
         """bwrap's argv running ``command`` (``command[0]`` is the binary's path) in ``cwd``
-        (a relative path beneath the workspace, already checked to be a directory).
+        (a relative path beneath the workspace, already checked to be a directory), with
+        ``proxy_socket`` (network ``egress``) bound where the launcher's relay finds it.
 
         Raises:
             SandboxUnavailable: a protected path inside the workspace is a symlink (it
@@ -177,6 +231,8 @@ class SandboxProfile:
                     args += ["--tmpfs", inside, "--remount-ro", inside]
                 else:
                     args += ["--ro-bind", "/dev/null", inside]
+        binds, command = self._launcher(command, proxy_socket)
+        args += binds
         args += ["--chdir", WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}", "--seccomp", str(seccomp_fd)]
         return [*args, "--", PRLIMIT, *self.limits.prlimit_args(), "--", *command]
 

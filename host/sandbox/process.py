@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from host.errors import SandboxUnavailable
 from host.sandbox.bwrap import PidsCgroup, SandboxProfile
+from host.sandbox.launch import LAUNCH_ERROR
 from host.sandbox.seccomp import build_filter
 
 __all__ = ["Captured", "Outcome", "run_bare", "run_sandboxed"]
@@ -104,9 +105,11 @@ def run_sandboxed(
     cancel: threading.Event | None,
     max_output_bytes: int,
     secrets: Mapping[str, str] | None = None,
+    proxy_socket: Path | None = None,
 ) -> Outcome:
     """Run ``command`` (``command[0]`` = the binary's path) in the sandbox ``profile``,
-    with ``secrets`` (secret name -> value) for the profile's ``secret_env``.
+    with ``secrets`` (secret name -> value) for the profile's ``secret_env`` and, for
+    network ``egress``, the Unix socket of the call's :class:`~host.sandbox.proxy.EgressProxy`.
 
     Raises:
         SandboxUnavailable: the filter cannot be built, bwrap cannot start, or bwrap
@@ -120,7 +123,8 @@ def run_sandboxed(
         os.write(seccomp_w, program)  # < 64 KiB: fits the pipe buffer
         os.close(seccomp_w)
         seccomp_w = -1
-        argv = profile.argv(bwrap, seccomp_fd=seccomp_r, status_fd=status_w, cwd=cwd, command=list(command))
+        argv = profile.argv(bwrap, seccomp_fd=seccomp_r, status_fd=status_w, cwd=cwd, command=list(command),
+                             proxy_socket=proxy_socket)  # fmt: skip
         try:
             proc = subprocess.Popen(
                 [*cgroup.launcher(), *argv], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -304,7 +308,7 @@ def _check_started(status: bytes, outcome: Outcome) -> None:
         except ValueError:
             continue
     text = (outcome.stderr.head + outcome.stderr.tail).decode("utf-8", "replace")
-    failed_setup = outcome.exit_code == 1 and text.startswith(("bwrap: ", "prlimit: "))
+    failed_setup = outcome.exit_code == 1 and text.startswith(("bwrap: ", "prlimit: ", LAUNCH_ERROR))
     if not started or failed_setup:
         first = text.splitlines()[0][:300] if text else f"exit status {outcome.exit_code}"
         raise SandboxUnavailable(f"the sandbox could not be set up: {first}", reason="setup_failed")

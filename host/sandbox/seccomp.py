@@ -10,7 +10,9 @@ mounts, tracing other processes, kernel keyrings, BPF, io_uring, module loading)
 with ``ENOSYS`` so that libc falls back to ``clone``, whose namespace
 flags the filter can inspect (``clone3`` passes them in memory). With network ``none``,
 ``socket`` with a family other than ``AF_UNIX`` fails with ``EPERM`` as well (the network
-namespace is empty already; this is the second layer). A syscall from another
+namespace is empty already; this is the second layer); with network ``egress``, every
+family but ``AF_UNIX`` and ``AF_INET`` (the namespace has only its own loopback, where the
+launcher's relay listens; Landlock narrows TCP connects to the relay's port). A syscall from another
 architecture (32-bit ``int 0x80``) kills the process: libseccomp's default for a foreign
 architecture.
 """
@@ -90,6 +92,8 @@ def build_filter(network: str) -> tuple[bytes, str]:
             flt.add_rule(deny, "clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
         if network == "none":
             flt.add_rule(deny, "socket", lib.Arg(0, lib.NE, socket.AF_UNIX))
+        else:  # egress: AF_UNIX and AF_INET (to the relay on the sandbox's own loopback) only
+            flt.add_rule(deny, "socket", lib.Arg(0, lib.GT, socket.AF_INET))
         with tempfile.TemporaryFile() as out:
             flt.export_bpf(out)
             out.seek(0)

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from host.config import HostConfig
+from host.egress.policy import Resolver
 from host.tools.base import HOST_PACKAGE, HostCall, HostTool, HostToolSet, Prepared, Ran, bind_digest
 from host.tools.exec import Commands, exec_tool
 from host.tools.fs import Workspaces, edit_tool, list_tool, read_tool
@@ -51,7 +52,9 @@ __all__ = [
 ]
 
 
-def host_tools_for(config: HostConfig, *, protected: Sequence[Path]) -> HostToolSet | None:
+def host_tools_for(
+    config: HostConfig, *, protected: Sequence[Path], resolver: Resolver | None = None
+) -> HostToolSet | None:
     """The host tools of a configuration: the ``fs.*`` tools when a workspace is granted,
     and ``exec.run`` when commands are declared too.
 
@@ -59,6 +62,7 @@ def host_tools_for(config: HostConfig, *, protected: Sequence[Path]) -> HostTool
         config: the host configuration (``workspaces``, ``commands``).
         protected: Stockade's own files (state dir, lock, audit log), write-protected
             wherever they lie inside a workspace root (and read-only inside the sandbox).
+        resolver: the DNS port of ``exec.run``'s egress proxy (default: the system's).
 
     Raises:
         ToolFailed: a workspace root cannot be opened.
@@ -73,7 +77,8 @@ def host_tools_for(config: HostConfig, *, protected: Sequence[Path]) -> HostTool
         try:
             commands = Commands(
                 config.commands, path_env=os.environ.get("PATH"),
-                unsafe_without_sandbox=config.unsafe_exec_without_sandbox,
+                unsafe_without_sandbox=config.unsafe_exec_without_sandbox, resolver=resolver,
+                allow_loopback=config.unsafe_allow_loopback,
             )  # fmt: skip
         except BaseException:
             workspaces.close()

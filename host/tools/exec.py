@@ -10,7 +10,9 @@ The command allowlist is not the boundary: a declared ``git`` runs anything thro
 ``-c alias.x='!sh …'``, a declared ``python3`` through ``-c``. The boundary is the
 sandbox (:mod:`host.sandbox`): the principal's workspace at ``/workspace`` (read-only or
 read-write per entry, ``.git`` and Stockade's files read-only, the grant's literal deny
-paths hidden), no network, a cleared environment, seccomp, rlimits, a deadline. A grant
+paths hidden), no network (or, ``network = "egress"``, only the entry's ``allow`` list
+through a host-run proxy, :mod:`host.sandbox.proxy`), Landlock where the kernel has it,
+a cleared environment, seccomp, rlimits, a deadline. A grant
 whose deny list has glob patterns cannot be enforced by bind mounts, so ``exec.run``
 refuses there (``POLICY_DENIED reason: "deny_unenforceable"``).
 
@@ -27,6 +29,7 @@ import math
 import os
 import shlex
 import stat
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +37,13 @@ from typing import Any, Final
 
 from host.canonical import sha256_hex
 from host.config import COMMAND_OUTPUT_CEILING, COMMAND_TIMEOUT_CEILING_MS, CommandEntry
+from host.egress.policy import EgressPolicy, Resolver, system_resolver
 from host.errors import CallCancelled, ConfigInvalid, InputInvalid, PolicyDenied, SandboxUnavailable
 from host.formats.manifest import Effect, Risk
 from host.sandbox import Captured, Limits, Outcome, SandboxProfile, find_bwrap, run_bare, run_sandboxed
-from host.sandbox.bwrap import WORKSPACE
+from host.sandbox.bwrap import LAUNCH_PYTHON, WORKSPACE
+from host.sandbox.launch import abi as landlock_abi
+from host.sandbox.proxy import EgressProxy
 from host.text import escape_unsafe
 from host.tools.base import HostCall, HostTool, Prepared, Ran
 from host.tools.fs import Workspaces
@@ -73,17 +79,30 @@ class Commands:
         entries: the operator's entries.
         path_env: the ``PATH`` bwrap is looked up on (the host's own, at open).
         unsafe_without_sandbox: ``HostConfig.unsafe_exec_without_sandbox``.
+        resolver: the DNS port of the egress proxy (``Host.open``'s ``resolver``).
+        allow_loopback: ``HostConfig.unsafe_allow_loopback`` (TEST ONLY): the proxy
+            admits loopback addresses too.
 
     Raises:
         ConfigInvalid: an entry's path is not an executable regular file.
     """
 
     def __init__(
-        self, entries: Sequence[CommandEntry], *, path_env: str | None, unsafe_without_sandbox: bool
+        self,
+        entries: Sequence[CommandEntry],
+        *,
+        path_env: str | None,
+        unsafe_without_sandbox: bool,
+        resolver: Resolver | None = None,
+        allow_loopback: bool = False,
     ) -> None:
         self._by_name = {e.name: _resolve(e) for e in entries}
         self.bwrap = find_bwrap(path_env)
         self.unsafe_without_sandbox = unsafe_without_sandbox
+        self.resolver: Resolver = resolver or system_resolver
+        self.allow_loopback = allow_loopback
+        self.landlock_abi = landlock_abi() if os.access(LAUNCH_PYTHON, os.X_OK) else 0
+        self.policies = {e.name: EgressPolicy.from_allow(e.allow) for e in entries if e.network == "egress"}
 
     @property
     def names(self) -> list[str]:
@@ -230,11 +249,12 @@ def _prepare(commands: Commands, workspaces: Workspaces, call: HostCall, *, tool
     masked = tuple(p.strip("/") for p in grant.deny)
     profile = SandboxProfile(
         workspace=ws.root.resolve(), mode=entry.workspace, read_only=tuple(p for p in ws.protected if p),
-        masked=masked, binary=command.binary, network="none", env=entry.env, secret_env=entry.secret_env,
+        masked=masked, binary=command.binary, network=entry.network,
+        landlock=_landlock(commands, entry), env=entry.env, secret_env=entry.secret_env,
         limits=Limits(cpu_s=entry.cpu_s, memory_bytes=entry.memory_bytes, max_processes=entry.max_processes,
                       max_file_bytes=entry.max_file_bytes, max_open_files=entry.max_open_files),
     )  # fmt: skip
-    sandbox = _sandbox_mode(commands)
+    sandbox = _sandbox_mode(commands, entry)
     profile_digest = profile.digest() if sandbox == "bwrap" else "none"
     requested = call.input.get("timeout_ms", entry.max_timeout_ms)
     deadline_ms = min(requested, entry.max_timeout_ms, tool_timeout_ms)
@@ -246,7 +266,7 @@ def _prepare(commands: Commands, workspaces: Workspaces, call: HostCall, *, tool
         "profile_digest": profile_digest,
     }  # fmt: skip
     record = {"command": entry.name, "network": entry.network, "workspace": entry.workspace,
-              "sandbox": sandbox, "profile_digest": profile_digest}  # fmt: skip
+              "sandbox": sandbox, "profile_digest": profile_digest, "landlock": profile.landlock}  # fmt: skip
     return Prepared(bound=bound, preview=_preview(plan, sandbox), record=record, state=plan)
 
 
@@ -260,14 +280,46 @@ def _secret_names(commands: Commands, call: HostCall) -> tuple[str, ...]:
     return tuple(sorted(set(entry.secret_env.values())))
 
 
-def _sandbox_mode(commands: Commands) -> str:
+def _landlock(commands: Commands, entry: CommandEntry) -> str:
+    """``"abi N"`` when the launcher applies Landlock, else ``"unavailable"``.
+
+    Raises:
+        SandboxUnavailable: the entry requires Landlock and the kernel (or the system's
+            ``/usr/bin/python3``, which runs the launcher) has none (``reason: "landlock"``).
+    """
+    if commands.landlock_abi >= 1:
+        return f"abi {commands.landlock_abi}"
+    if entry.landlock == "required":
+        raise SandboxUnavailable(
+            f"exec.run: command {entry.name} requires Landlock, and this host has none "
+            f"(kernel ABI 0 or no {LAUNCH_PYTHON}); the command was not run",
+            reason="landlock",
+            hint="Run on Linux >= 5.13 with Landlock enabled (lsm=landlock), or set landlock = \"auto\".",
+        )
+    return "unavailable"
+
+
+def _sandbox_mode(commands: Commands, entry: CommandEntry) -> str:
     """``"bwrap"``, or ``"none"`` when bwrap is missing and the operator allowed running bare.
 
     Raises:
-        SandboxUnavailable: no bwrap on the host's ``PATH`` (``reason: "no_bwrap"``).
+        SandboxUnavailable: no bwrap on the host's ``PATH`` (``reason: "no_bwrap"``); a
+            command with network ``egress`` without the launcher's ``/usr/bin/python3``
+            (``reason: "launcher"``). Egress never runs bare: the proxy is only
+            reachable from inside a sandbox.
     """
+    if entry.network == "egress" and not os.access(LAUNCH_PYTHON, os.X_OK):
+        raise SandboxUnavailable(
+            f"exec.run: network egress needs the sandbox's launcher, and {LAUNCH_PYTHON} is missing",
+            reason="launcher",
+        )
     if commands.bwrap is not None:
         return "bwrap"
+    if entry.network == "egress":
+        raise SandboxUnavailable(
+            "exec.run: bubblewrap (bwrap) is not on the host's PATH; network egress never runs bare",
+            reason="no_bwrap",
+        )
     if commands.unsafe_without_sandbox:
         return "none"
     raise SandboxUnavailable(
@@ -283,7 +335,8 @@ def _preview(plan: _Plan, sandbox: str) -> str:
         f"Run {entry.name} ({plan.command.binary}; effect {entry.effect}, risk {entry.risk})",
         f"argv: {shlex.join(_one_line(a) for a in plan.argv)}",
         f"cwd: {where} (workspace {entry.workspace}, {plan.profile.workspace})",
-        f"network: {entry.network}",
+        f"network: {entry.network}" + _allow_summary(entry),
+        f"landlock: {plan.profile.landlock}",
         f"timeout: {plan.deadline_ms} ms",
         f"stdin: {len(plan.stdin)} bytes",
         f"sandbox: {sandbox}" + ("" if sandbox == "bwrap" else " (UNSAFE: unsafe_exec_without_sandbox)"),
@@ -291,6 +344,14 @@ def _preview(plan: _Plan, sandbox: str) -> str:
     if entry.env:
         lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in entry.env.items()))
     return escape_unsafe("\n".join(lines), keep_layout=True)
+
+
+def _allow_summary(entry: CommandEntry) -> str:
+    if entry.network != "egress":
+        return ""
+    shown = [f"{a['methods']} {a['scheme']}://{a['host']}{':' + str(a['port']) if a['port'] else ''}"
+             f"{a['path_prefix']}" for a in entry.allow]  # fmt: skip
+    return " (through the host's proxy, only: " + "; ".join(shown) + ")"
 
 
 def _one_line(arg: str) -> str:
@@ -305,11 +366,23 @@ def _run(commands: Commands, call: HostCall, prepared: Prepared) -> Ran:
     command = [str(plan.command.binary), *plan.argv[1:]]
     deadline_s = plan.deadline_ms / 1000
     secrets = {name: value.reveal() for name, value in call.secrets.items()}
+    proxy: EgressProxy | None = None
     if sandbox == "bwrap" and commands.bwrap is not None:
-        outcome = run_sandboxed(
-            plan.profile, commands.bwrap, command, cwd=plan.cwd, stdin=plan.stdin, deadline_s=deadline_s,
-            cancel=call.cancel, max_output_bytes=cap, secrets=secrets,
-        )  # fmt: skip
+        entry = plan.command.entry
+        if entry.network == "egress":
+            proxy = EgressProxy(
+                commands.policies[entry.name], commands.resolver, allow_loopback=commands.allow_loopback,
+                max_bytes=entry.max_egress_bytes, deadline=time.monotonic() + deadline_s,
+            )  # fmt: skip
+        try:
+            outcome = run_sandboxed(
+                plan.profile, commands.bwrap, command, cwd=plan.cwd, stdin=plan.stdin, deadline_s=deadline_s,
+                cancel=call.cancel, max_output_bytes=cap, secrets=secrets,
+                proxy_socket=proxy.socket_path if proxy is not None else None,
+            )  # fmt: skip
+        finally:
+            if proxy is not None:
+                proxy.close()
     else:
         env = plan.profile.environment(secrets)
         outcome = run_bare(
@@ -317,6 +390,9 @@ def _run(commands: Commands, call: HostCall, prepared: Prepared) -> Ran:
             stdin=plan.stdin, deadline_s=deadline_s, cancel=call.cancel, max_output_bytes=cap,
         )  # fmt: skip
     record = _outcome_record(outcome, prepared)
+    if proxy is not None:
+        record["egress"] = proxy.records
+        record["egress_connections"] = proxy.connections
     if outcome.cancelled:
         raise CallCancelled("the caller cancelled exec.run; the command's process tree was killed", **record)
     stdout, stdout_cut = render_stream(outcome.stdout, cap)
@@ -333,7 +409,8 @@ def _run(commands: Commands, call: HostCall, prepared: Prepared) -> Ran:
 def _outcome_record(outcome: Outcome, prepared: Prepared) -> dict[str, Any]:
     return {
         "command": prepared.record["command"], "sandbox": prepared.bound["sandbox"],
-        "profile_digest": prepared.bound["profile_digest"], "exit_code": outcome.exit_code,
+        "profile_digest": prepared.bound["profile_digest"], "landlock": prepared.record["landlock"],
+        "exit_code": outcome.exit_code,
         "signal": outcome.signal, "timed_out": outcome.timed_out, "cancelled": outcome.cancelled,
         "stdout_bytes": outcome.stdout.total, "stderr_bytes": outcome.stderr.total,
         "duration_ms": round(outcome.duration_ms),

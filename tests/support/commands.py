@@ -16,6 +16,7 @@ from typing import Any
 
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.config import CommandEntry, WorkspaceGrant
+from host.egress.policy import Resolver
 from host.policy.engine import FilePolicyEngine
 from host.secrets import SecretsStore
 from host.types import InvocationPlan
@@ -50,6 +51,7 @@ def make_exec_host(
     *,
     grant: dict[str, Any] | None = None,
     secrets: SecretsStore | None = None,
+    resolver: Resolver | None = None,
     **config: Any,
 ) -> ExecHost:
     ws = tmp / "ws"
@@ -65,5 +67,5 @@ def make_exec_host(
         commands=tuple(commands), **config,
     )  # fmt: skip
     audit = tmp / "audit.log"
-    host = Host.open(lock, config=host_config, secrets=secrets, policy=policy, audit=audit)
+    host = Host.open(lock, config=host_config, secrets=secrets, policy=policy, audit=audit, resolver=resolver)
     return ExecHost(host, tmp, ws, audit)
