@@ -201,6 +201,11 @@ for family, addr in ((socket.AF_INET, ("127.0.0.1", port)), (socket.AF_INET, ("9
     except OSError as e:
         print(type(e).__name__, e.errno)
 try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).bind(("127.0.0.1", 8080))
+    print("bound")
+except OSError as e:
+    print("bind", e.errno)
+try:
     socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     print("inet6 socket")
 except OSError as e:
@@ -220,7 +225,8 @@ def test_direct_connect_around_proxy_fails(tmp_path: Path, http_server: Any) -> 
     assert not any(line.startswith("connected") for line in lines), lines
     assert lines[0] == "PermissionError 13"  # Landlock: TCP connect only to the relay's port
     assert lines[1] == "PermissionError 13"
-    assert lines[2] == "inet6 1"  # seccomp: AF_INET6 refused with EPERM
+    assert lines[2] == "bind 13"  # Landlock: no TCP bind
+    assert lines[3] == "inet6 1"  # seccomp: AF_INET6 refused with EPERM
     assert not [r for r in http_server.requests if r.target == "/"]
     assert "egress" in _outcome(ex) and _outcome(ex)["egress"] == []
 
