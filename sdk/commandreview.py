@@ -4,9 +4,9 @@
 (the binary it resolves to and that binary's sha256, the sandbox's availability), and
 ``stockade diff OLD.host.toml NEW.host.toml`` lists what changed between two host files'
 entries, flagging escalations: a new entry, another binary, a read-write workspace where
-it was read-only, a network where there was none, a raised limit or deadline, a new or
-changed variable, another effect, a higher risk, and ``unsafe_exec_without_sandbox``
-switched on. Removals and lowered limits are shown, not flagged. Nothing runs.
+it was read-only, a network where there was none, a new egress allow entry, Landlock no
+longer required, a raised limit or deadline, a new or changed variable, another effect, a
+higher risk, and ``unsafe_exec_without_sandbox`` switched on. Removals and lowered limits are shown, not flagged. Nothing runs.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import Any, Final
 
 from host.config import CommandEntry
 from host.formats.hostfile import HostFile, load_host_file
+from host.sandbox.launch import abi as landlock_abi
 
 __all__ = ["CommandChange", "command_changes", "command_report", "is_host_file"]
 
 _LIMITS: Final = (
-    "max_timeout_ms", "max_output_bytes", "cpu_s", "memory_bytes", "max_processes", "max_file_bytes",
+    "max_timeout_ms", "max_output_bytes", "max_egress_bytes", "cpu_s", "memory_bytes", "max_processes", "max_file_bytes",
     "max_open_files",
 )  # fmt: skip
 _RISK: Final = {"low": 0, "medium": 1, "high": 2}
@@ -47,7 +48,7 @@ def command_report(path: Path) -> dict[str, Any]:
     return {
         "host_file": str(path),
         "tool": "exec.run" if settings.commands and settings.workspaces else None,
-        "sandbox": {"bwrap": os.path.realpath(bwrap) if bwrap else None,
+        "sandbox": {"bwrap": os.path.realpath(bwrap) if bwrap else None, "landlock_abi": landlock_abi(),
                     "unsafe_exec_without_sandbox": bool(settings.unsafe_exec_without_sandbox)},
         "workspaces": [str(w["root"]) for w in settings.workspaces],
         "commands": [_entry_report(e) for e in settings.commands],
@@ -106,6 +107,9 @@ def _entry_changes(name: str, old: CommandEntry | None, new: CommandEntry | None
         yield CommandChange(name, f"workspace {old.workspace} -> {new.workspace}", new.workspace == "rw")
     if old.network != new.network:
         yield CommandChange(name, f"network {old.network} -> {new.network}", new.network != "none")
+    yield from _allow_changes(name, old.allow, new.allow)
+    if old.landlock != new.landlock:
+        yield CommandChange(name, f"landlock {old.landlock} -> {new.landlock}", new.landlock != "required")
     for key in _LIMITS:
         was, now = getattr(old, key), getattr(new, key)
         if was != now:
@@ -116,6 +120,20 @@ def _entry_changes(name: str, old: CommandEntry | None, new: CommandEntry | None
         yield CommandChange(name, f"effect {old.effect} -> {new.effect}", True)
     if old.risk != new.risk:
         yield CommandChange(name, f"risk {old.risk} -> {new.risk}", _RISK[new.risk] > _RISK[old.risk])
+
+
+def _allow_changes(
+    name: str, old: tuple[Mapping[str, object], ...], new: tuple[Mapping[str, object], ...]
+) -> Iterator[CommandChange]:
+    def show(entry: Mapping[str, object]) -> str:
+        port = f":{entry['port']}" if entry["port"] is not None else ""
+        return f"{entry['methods']} {entry['scheme']}://{entry['host']}{port}{entry['path_prefix']}"
+
+    before, after = {show(e) for e in old}, {show(e) for e in new}
+    for shown in sorted(after - before):
+        yield CommandChange(name, f"allow {shown} added", True)
+    for shown in sorted(before - after):
+        yield CommandChange(name, f"allow {shown} removed", False)
 
 
 def _env_changes(

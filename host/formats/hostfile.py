@@ -30,7 +30,9 @@ One place for what every host command would otherwise repeat (docs/design.md
     name = "git"                             # what argv[0] must be
     path = "/usr/bin/git"                    # absolute; fixed when the Host opens
     max_timeout_ms = 30000                   # ms, the longest deadline a call may ask for
-    network = "none"                         # a fresh network namespace ("egress": not yet)
+    network = "none"                         # a fresh network namespace ("egress": the host's proxy)
+    # allow = [{ scheme = "https", host = "github.com", path_prefix = "/", methods = ["GET"] }]  # egress
+    landlock = "auto"                        # the second layer where the kernel has it ("required")
     workspace = "ro"                         # the workspace bound read-only ("rw": writable)
     env = { GIT_CONFIG_NOSYSTEM = "1" }      # literal values, visible to the process
     secret_env = { GH_TOKEN = "github" }     # the caller's stored secret, staged per call

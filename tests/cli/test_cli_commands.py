@@ -53,6 +53,33 @@ def test_diff_host_files_flags_command_escalations(tmp_path: Path, after: str, d
     assert any(c["detail"].startswith(detail) and c["escalation"] for c in changes), changes
 
 
+EGRESS = GIT + 'network = "egress"\nallow = [{ scheme = "https", host = "github.com", path_prefix = "/", methods = ["GET"] }]\n'
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "detail", "escalation"),
+    [
+        (GIT, EGRESS, "network none -> egress", True),
+        (EGRESS, EGRESS.replace('"github.com"', '"*.github.com"'), "allow ['GET'] https://*.github.com/ added", True),
+        (EGRESS.replace('"github.com"', '"*.github.com"'), EGRESS, "allow ['GET'] https://*.github.com/ removed",
+         False),
+        (GIT + 'landlock = "required"\n', GIT, "landlock required -> auto", True),
+        (EGRESS, EGRESS + "max_egress_bytes = 1000000000\n", "max_egress_bytes 67108864 -> 1000000000", True),
+    ],
+    ids=["egress", "allow_added", "allow_removed", "landlock_not_required", "more_egress_bytes"],
+)  # fmt: skip
+def test_command_changes_of_egress_and_landlock(
+    tmp_path: Path, before: str, after: str, detail: str, escalation: bool
+) -> None:
+    from host.formats.hostfile import load_host_file
+    from sdk.commandreview import command_changes
+
+    old = load_host_file(_host_file(tmp_path / "old.host.toml", before))
+    new = load_host_file(_host_file(tmp_path / "new.host.toml", after))
+    changes = [(c.detail, c.escalation) for c in command_changes(old, new)]
+    assert (detail, escalation) in changes, changes
+
+
 def test_diff_host_files_reduction_not_flagged(tmp_path: Path) -> None:
     old = _host_file(tmp_path / "old.host.toml", GIT + 'workspace = "rw"\nrisk = "high"\n')
     new = _host_file(tmp_path / "new.host.toml", GIT + 'workspace = "ro"\nrisk = "low"\n')
