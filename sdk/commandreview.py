@@ -6,7 +6,8 @@
 entries, flagging escalations: a new entry, another binary, a read-write workspace where
 it was read-only, a network where there was none, a new egress allow entry, Landlock no
 longer required, a raised limit or deadline, a new or changed variable, another effect, a
-higher risk, and ``unsafe_exec_without_sandbox`` switched on. Removals and lowered limits are shown, not flagged. Nothing runs.
+higher risk, and ``unsafe_exec_without_sandbox`` switched on. Removals and lowered limits
+are shown, not flagged. Nothing runs.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from host.sandbox.launch import abi as landlock_abi
 __all__ = ["CommandChange", "command_changes", "command_report", "is_host_file"]
 
 _LIMITS: Final = (
-    "max_timeout_ms", "max_output_bytes", "max_egress_bytes", "cpu_s", "memory_bytes", "max_processes", "max_file_bytes",
-    "max_open_files",
+    "max_timeout_ms", "max_output_bytes", "max_egress_bytes", "cpu_s", "memory_bytes", "max_processes",
+    "max_file_bytes", "max_open_files",
 )  # fmt: skip
 _RISK: Final = {"low": 0, "medium": 1, "high": 2}
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from host.formats.hostfile import load_host_file
+from sdk.commandreview import command_changes
 from tests.support.bundles import write_lock
 from tests.support.cli import ALICE_ARGS, json_out, run_cli
 
@@ -71,9 +73,6 @@ EGRESS = GIT + 'network = "egress"\nallow = [{ scheme = "https", host = "github.
 def test_command_changes_of_egress_and_landlock(
     tmp_path: Path, before: str, after: str, detail: str, escalation: bool
 ) -> None:
-    from host.formats.hostfile import load_host_file
-    from sdk.commandreview import command_changes
-
     old = load_host_file(_host_file(tmp_path / "old.host.toml", before))
     new = load_host_file(_host_file(tmp_path / "new.host.toml", after))
     changes = [(c.detail, c.escalation) for c in command_changes(old, new)]
