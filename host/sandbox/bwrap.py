@@ -30,7 +30,6 @@ controller); a root host with neither refuses with ``SANDBOX_UNAVAILABLE``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -196,9 +195,14 @@ class SandboxProfile:
         if proxy_socket is not None:
             relay = f"{LAUNCH_DIR}/proxy.sock"
             binds += ["--bind", str(proxy_socket), relay]
-        mode = "off" if self.landlock == "unavailable" else "required"
-        spec = json.dumps({"landlock": mode, "relay": relay, **self.landlock_grants()}, separators=(",", ":"))
-        return binds, [LAUNCH_PYTHON, "-I", "-S", f"{LAUNCH_DIR}/launch.py", spec, "--", *command]
+        options = ["--landlock", "off" if self.landlock == "unavailable" else "required"]
+        if relay is not None:
+            options += ["--relay", relay]
+        grants = self.landlock_grants()
+        for kind in ("read", "write"):
+            for path in grants[kind]:
+                options += [f"--{kind}", path]
+        return binds, [LAUNCH_PYTHON, "-I", "-S", f"{LAUNCH_DIR}/launch.py", *options, "--", *command]
 
     def argv(
         self, bwrap: str, *, seccomp_fd: int, status_fd: int, cwd: str, command: list[str],

@@ -3,7 +3,10 @@
 bwrap cannot apply Landlock (a Landlock domain forbids the mounts bwrap makes), so the
 sandbox's first process after ``prlimit`` is this file, run by the system's
 ``/usr/bin/python3 -I -S`` (isolated, no site packages: nothing of the workspace or the
-environment changes what it imports). It reads one JSON argument, then:
+environment changes what it imports). Its options (``--landlock MODE``, ``--relay PATH``,
+``--read PATH``, ``--write PATH``, repeatable, then ``--`` and the command) are plain
+argv, not JSON: importing ``json`` (and ``re`` under it) would cost every command more
+than the rest of the launcher. It then:
 
 1. with ``relay`` set (``network = "egress"``), binds ``127.0.0.1:RELAY_PORT`` in the
    sandbox's *own* network namespace (only its loopback exists there) and double-forks a
@@ -28,12 +31,13 @@ This module imports only the standard library, and the host imports it too (for
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import select
-import socket
 import sys
-from typing import Any, Final
+
+TYPE_CHECKING = False  # not typing's: importing typing costs the launcher more than the rest of it
+if TYPE_CHECKING:
+    import socket
+    from typing import Final
 
 RELAY_PORT: Final = 3128  # in the sandbox's own network namespace
 LAUNCH_ERROR: Final = "stockade-launch: "
@@ -150,6 +154,9 @@ def restrict(version: int, *, read: list[str], write: list[str], connect: list[i
 
 def _pipe(a: socket.socket, b: socket.socket) -> None:
     """Copy both directions until both ends closed (one relayed connection)."""
+    import select  # noqa: PLC0415 - only the relay pays for it
+    import socket  # noqa: PLC0415
+
     peers = {a: b, b: a}
     open_ends = {a, b}
     while open_ends:
@@ -174,6 +181,8 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
 
 def _relay(listener: socket.socket, target: str, version: int) -> None:
     """The relay process: accept on the sandbox's loopback, connect each to ``target``."""
+    import socket  # noqa: PLC0415 - only the relay pays for it
+
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -198,6 +207,8 @@ def _relay(listener: socket.socket, target: str, version: int) -> None:
 
 
 def _start_relay(target: str, version: int) -> None:
+    import socket  # noqa: PLC0415 - only network egress pays for it
+
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", RELAY_PORT))
@@ -214,22 +225,36 @@ def _start_relay(target: str, version: int) -> None:
     listener.close()
 
 
+def _options(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    options: dict[str, list[str]] = {"--landlock": [], "--relay": [], "--read": [], "--write": []}
+    index = 1
+    while index < len(argv) and argv[index] != "--":
+        if argv[index] not in options or index + 1 >= len(argv):
+            raise ValueError(f"unknown launcher option {argv[index]!r}")
+        options[argv[index]].append(argv[index + 1])
+        index += 2
+    command = argv[index + 1 :]
+    if index >= len(argv) or not command or len(options["--landlock"]) != 1 or len(options["--relay"]) > 1:
+        raise ValueError(
+            "usage: launch.py --landlock MODE [--relay PATH] [--read P]... [--write P]... -- COMMAND..."
+        )
+    return options, command
+
+
 def main(argv: list[str]) -> int:
-    """``launch.py SPEC -- COMMAND...`` (see the module docstring)."""
+    """``launch.py OPTIONS -- COMMAND...`` (see the module docstring)."""
     try:
-        spec: dict[str, Any] = json.loads(argv[1])
-        command = argv[3:]
-        if argv[2] != "--" or not command:
-            raise ValueError("usage: launch.py SPEC -- COMMAND...")
-        version = abi() if spec["landlock"] != "off" else 0
-        if spec["landlock"] == "required" and version < 1:
+        options, command = _options(argv)
+        mode, relay = options["--landlock"][0], next(iter(options["--relay"]), None)
+        version = abi() if mode != "off" else 0
+        if mode == "required" and version < 1:
             raise OSError(0, "Landlock is required and this kernel has none")
-        if spec["relay"]:
-            _start_relay(spec["relay"], version)
+        if relay:
+            _start_relay(relay, version)
         if version >= 1:
-            connect = [RELAY_PORT] if spec["relay"] else []
-            restrict(version, read=spec["read"], write=spec["write"], connect=connect)
-    except (OSError, ValueError, KeyError, IndexError) as exc:
+            connect = [RELAY_PORT] if relay else []
+            restrict(version, read=options["--read"], write=options["--write"], connect=connect)
+    except (OSError, ValueError) as exc:
         sys.stderr.write(f"{LAUNCH_ERROR}{exc}\n")
         return 1
     try:

@@ -10,12 +10,15 @@ row alike. Rows (median ms per command):
   (s)  :func:`host.sandbox.run_sandboxed` of the same argv: bwrap (namespaces, binds,
        seccomp program on a pipe, prlimit), bounded capture, plus the pids cgroup when the
        host runs as root (the process limit of a root host)
+  (l)  (s) with Landlock: the launcher (the system's ``python3 -I -S``) applies the
+       ruleset, then execs the command; what every call pays where the kernel has Landlock
   (n)  the same without the pids cgroup: what a host running as an unprivileged user
        pays (``RLIMIT_NPROC`` binds there); only printed when this runs as root
   (h)  ``exec.run`` through the Host: prepare (profile digest), approve, execute
        (durable intent and outcome records, audit log on /dev/shm when available)
 
-Printed: the medians, s - b (the sandbox's added latency; target ≤ 20 ms), n - b and h - b.
+Printed: the medians, s - b (the sandbox's added latency; target ≤ 20 ms), l - b, n - b
+and h - b (the Host applies Landlock where the kernel has it).
 On this machine (root, cgroup v1), a process inside a pids cgroup makes bwrap's namespace
 set-up and teardown slower by 10-20 ms, which is why (n) is shown apart.
 """
@@ -34,11 +37,13 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import dataclasses
 import os
 
 import host.sandbox.process as sandbox_process
 from host.config import CommandEntry
 from host.sandbox import Limits, SandboxProfile, find_bwrap, run_sandboxed
+from host.sandbox.launch import abi
 from tests.support.commands import make_exec_host
 
 COMMANDS = {"true": ["/bin/true"], "git": ["/usr/bin/git", "--version"]}
@@ -78,17 +83,24 @@ def main() -> None:
                         max_open_files=256)  # fmt: skip
         print(f"runs per row: {args.runs} (interleaved); median ms per command")
         root = os.geteuid() == 0
-        print(f"{'command':<16}{'bare (b)':>10}{'sandbox (s)':>13}{'no cgroup (n)':>15}{'exec.run (h)':>14}"
-              f"{'s - b':>9}{'n - b':>9}{'h - b':>9}")  # fmt: skip
+        landlock = f"abi {abi()}" if abi() >= 1 else "unavailable"
+        print(f"Landlock: {landlock}")
+        print(f"{'command':<16}{'bare (b)':>10}{'sandbox (s)':>13}{'landlock (l)':>14}{'no cgroup (n)':>15}"
+              f"{'exec.run (h)':>14}{'s - b':>9}{'l - b':>9}{'n - b':>9}{'h - b':>9}")  # fmt: skip
         for name, argv in COMMANDS.items():
             profile = SandboxProfile(workspace=ex.ws, mode="ro", read_only=(".git",), binary=Path(argv[0]),
                                      network="none", limits=limits)  # fmt: skip
-            rows: dict[str, list[float]] = {"b": [], "s": [], "n": [], "h": []}
+            landlocked = dataclasses.replace(profile, landlock=landlock)
+            rows: dict[str, list[float]] = {"b": [], "s": [], "l": [], "n": [], "h": []}
 
             def bare(argv: list[str] = argv) -> object:
                 return subprocess.run(argv, capture_output=True, check=True)
 
             def sandboxed(argv: list[str] = argv, profile: SandboxProfile = profile) -> object:
+                return run_sandboxed(profile, bwrap, argv, cwd=".", stdin=b"", deadline_s=10, cancel=None,
+                                     max_output_bytes=65536)  # fmt: skip
+
+            def with_landlock(argv: list[str] = argv, profile: SandboxProfile = landlocked) -> object:
                 return run_sandboxed(profile, bwrap, argv, cwd=".", stdin=b"", deadline_s=10, cancel=None,
                                      max_output_bytes=65536)  # fmt: skip
 
@@ -105,18 +117,20 @@ def main() -> None:
                 assert result.ok and result.output["exit_code"] == 0, result
                 return result
 
-            for fn in (bare, sandboxed, uncgrouped, hosted):  # warm caches and the code paths
+            for fn in (bare, sandboxed, with_landlock, uncgrouped, hosted):  # warm caches and the code paths
                 fn()
             for _ in range(args.runs):
                 rows["b"].append(_timed(bare))
                 rows["s"].append(_timed(sandboxed))
+                rows["l"].append(_timed(with_landlock))
                 if root:
                     rows["n"].append(_timed(uncgrouped))
                 rows["h"].append(_timed(hosted))
-            b, s, h = (statistics.median(rows[k]) for k in "bsh")
+            b, s, ll, h = (statistics.median(rows[k]) for k in "bslh")
             n = statistics.median(rows["n"]) if root else s
             label = "/bin/true" if name == "true" else "git --version"
-            print(f"{label:<16}{b:>10.2f}{s:>13.2f}{n:>15.2f}{h:>14.2f}{s - b:>9.2f}{n - b:>9.2f}{h - b:>9.2f}")
+            print(f"{label:<16}{b:>10.2f}{s:>13.2f}{ll:>14.2f}{n:>15.2f}{h:>14.2f}{s - b:>9.2f}{ll - b:>9.2f}"
+                  f"{n - b:>9.2f}{h - b:>9.2f}")  # fmt: skip
         ex.host.close()
 
 
