@@ -11,7 +11,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -119,6 +118,7 @@ _ENV_RESERVED: Final = frozenset({
     "PATH", "HOME", "LANG", "TZ", "TMPDIR", "PWD", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
     "http_proxy", "https_proxy", "all_proxy", "no_proxy",
 })  # fmt: skip
+_ALLOW_FIELDS: Final = ("scheme", "host", "port", "path_prefix", "methods")  # a manifest's http.allow entry
 COMMAND_OUTPUT_CEILING: Final = 512 * 1024  # bytes kept of one stream (stdout or stderr)
 COMMAND_TIMEOUT_CEILING_MS: Final = 3_600_000  # ms, the longest max_timeout_ms
 
@@ -243,7 +243,10 @@ class CommandEntry:
 
 
 def _allow_entries(command: str, network: str, entries: object) -> tuple[Mapping[str, object], ...]:
-    """``allow`` parsed by the manifest's ``http.allow`` model: one grammar for both."""
+    """``allow``'s shape: tables with the fields of a manifest's ``http.allow`` entry
+    (``port`` may be left out: the scheme's default). Their grammar is the egress
+    allowlist's own parser's (``EgressPolicy.from_allow``), run by the host file loader
+    and by ``exec.run`` when the Host opens: this core module imports nothing above it."""
     if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, (list, tuple)):
         raise ValueError(f"command {command}: allow must be a list of tables")
     if network != "egress":
@@ -252,21 +255,18 @@ def _allow_entries(command: str, network: str, entries: object) -> tuple[Mapping
         return ()
     if not entries:
         raise ValueError(f'command {command}: network = "egress" needs at least one allow entry')
-    from pydantic import ValidationError  # noqa: PLC0415 - only for egress entries
-
-    from host.egress.policy import EgressPolicy  # noqa: PLC0415
-    from host.formats.manifest import AllowEntry  # noqa: PLC0415
-
     parsed: list[Mapping[str, object]] = []
     for index, entry in enumerate(entries):
-        try:
-            data = dict(entry) if isinstance(entry, Mapping) else entry
-            model = AllowEntry.model_validate_json(json.dumps(data))
-        except (ValidationError, TypeError, ValueError) as exc:
-            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-            raise ValueError(f"command {command}: allow[{index}]: {first}") from None
-        parsed.append(MappingProxyType(model.model_dump(mode="json")))
-    EgressPolicy.from_allow(parsed)  # the policy the proxy builds: refuses what it cannot parse
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"command {command}: allow[{index}] must be a table")
+        unknown = sorted(str(key) for key in entry if key not in _ALLOW_FIELDS)
+        missing = [name for name in _ALLOW_FIELDS if name != "port" and name not in entry]
+        if unknown or missing:
+            raise ValueError(f"command {command}: allow[{index}]: unknown {unknown}, missing {missing}")
+        methods = entry["methods"]
+        listed = list(methods) if isinstance(methods, (list, tuple)) else methods
+        data = {"port": None, **entry, "methods": listed}
+        parsed.append(MappingProxyType({name: data[name] for name in _ALLOW_FIELDS}))
     return tuple(parsed)
 
 

@@ -232,13 +232,31 @@ def _check_commands(tables: object, problems: list[dict[str, str]]) -> tuple[Com
             problems.append({"loc": loc, "msg": "name and path are required strings"})
             continue
         try:
-            entries.append(CommandEntry(**{**table, "path": Path(table["path"])}))
+            entry = CommandEntry(**{**table, "path": Path(table["path"])})
+            _check_allow(entry)
+            entries.append(entry)
         except (ValueError, TypeError) as exc:
             problems.append({"loc": loc, "msg": str(exc)})
     names = [e.name for e in entries]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append({"loc": "command", "msg": f"two entries are named {name!r}"})
     return tuple(entries)
+
+
+def _check_allow(entry: CommandEntry) -> None:
+    """An egress entry's ``allow`` list through the egress allowlist's own parser.
+
+    Raises:
+        ValueError: an entry the allowlist refuses (a bad host pattern, method, prefix).
+    """
+    if not entry.allow:
+        return
+    from host.egress.policy import EgressPolicy  # noqa: PLC0415 - idna only for egress entries
+
+    try:
+        EgressPolicy.from_allow(entry.allow)
+    except ValueError as exc:
+        raise ValueError(f"command {entry.name}: {exc}") from None
 
 
 _WORKSPACE_LISTS: Final = ("subjects", "deny", "protected")

@@ -102,7 +102,7 @@ class Commands:
         self.resolver: Resolver = resolver or system_resolver
         self.allow_loopback = allow_loopback
         self.landlock_abi = landlock_abi() if os.access(LAUNCH_PYTHON, os.X_OK) else 0
-        self.policies = {e.name: EgressPolicy.from_allow(e.allow) for e in entries if e.network == "egress"}
+        self.policies = {e.name: _policy(e) for e in entries if e.network == "egress"}
 
     @property
     def names(self) -> list[str]:
@@ -128,6 +128,15 @@ class Commands:
                 hint="argv[0] must name a [[command]] entry of the host configuration; an operator adds one.",
             )
         return found
+
+
+def _policy(entry: CommandEntry) -> EgressPolicy:
+    try:
+        return EgressPolicy.from_allow(entry.allow)
+    except ValueError as exc:
+        raise ConfigInvalid(
+            f"command {entry.name}: {exc}", hint="Write allow entries as a manifest's http.allow entries."
+        ) from None
 
 
 def _resolve(entry: CommandEntry) -> ResolvedCommand:

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from host.config import CommandEntry
+from host.errors import ConfigInvalid
+from host.formats.hostfile import load_host_file
 from tests.support.commands import ExecHost, make_exec_host
 from tests.support.egress_session import FakeResolver
 from tests.support.servers import LoopbackServer, respond
@@ -236,8 +238,6 @@ def test_direct_connect_around_proxy_fails(tmp_path: Path, http_server: Any) -> 
     [
         ({"network": "egress"}, "at least one allow entry"),
         ({"allow": ({"scheme": "https", "host": NAME, "path_prefix": "/", "methods": ["GET"]},)}, "needs network"),
-        ({"network": "egress", "allow": ({"scheme": "ftp", "host": NAME, "path_prefix": "/", "methods": ["GET"]},)},
-         "allow[0]"),
         ({"network": "egress", "allow": ({"scheme": "https", "host": NAME, "path_prefix": "/", "methods": ["GET"],
                                           "extra": 1},)}, "allow[0]"),
         ({"env": {"HTTPS_PROXY": "http://elsewhere"}}, "set by the sandbox"),
@@ -246,3 +246,22 @@ def test_direct_connect_around_proxy_fails(tmp_path: Path, http_server: Any) -> 
 def test_egress_entry_refused_at_load(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         CommandEntry(name="c", path=CURL, **fields)
+
+
+BAD_ALLOW = ({"scheme": "ftp", "host": NAME, "path_prefix": "/", "methods": ["GET"]},)
+
+
+def test_allow_grammar_refused_when_host_file_loads(tmp_path: Path) -> None:
+    config = tmp_path / "h.host.toml"
+    config.write_text('format = "stockade.host/1"\n[[workspace]]\nroot = "ws"\nproject = "p"\n'
+                      '[[command]]\nname = "curl"\npath = "/usr/bin/curl"\nnetwork = "egress"\n'
+                      'allow = [{ scheme = "ftp", host = "x.example", path_prefix = "/", methods = ["GET"] }]\n')  # fmt: skip
+    config.chmod(0o600)
+    with pytest.raises(ConfigInvalid) as caught:
+        load_host_file(config)
+    assert "scheme" in str(caught.value.details)
+
+
+def test_allow_grammar_refused_when_host_opens(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalid, match="curl"):
+        make_exec_host(tmp_path, [CommandEntry(name="curl", path=CURL, network="egress", allow=BAD_ALLOW)])
