@@ -256,14 +256,15 @@ def _prepare(commands: Commands, workspaces: Workspaces, call: HostCall, *, tool
             hint="Use literal paths in the grant's deny list, or a workspace without glob denials.",
         )
     masked = tuple(p.strip("/") for p in grant.deny)
+    sandbox = _sandbox_mode(commands, entry)
     profile = SandboxProfile(
         workspace=ws.root.resolve(), mode=entry.workspace, read_only=tuple(p for p in ws.protected if p),
         masked=masked, binary=command.binary, network=entry.network,
-        landlock=_landlock(commands, entry), env=entry.env, secret_env=entry.secret_env,
+        landlock=_landlock(commands, entry, bare=sandbox == "none"), env=entry.env,
+        secret_env=entry.secret_env,
         limits=Limits(cpu_s=entry.cpu_s, memory_bytes=entry.memory_bytes, max_processes=entry.max_processes,
                       max_file_bytes=entry.max_file_bytes, max_open_files=entry.max_open_files),
     )  # fmt: skip
-    sandbox = _sandbox_mode(commands, entry)
     profile_digest = profile.digest() if sandbox == "bwrap" else "none"
     requested = call.input.get("timeout_ms", entry.max_timeout_ms)
     deadline_ms = min(requested, entry.max_timeout_ms, tool_timeout_ms)
@@ -289,14 +290,15 @@ def _secret_names(commands: Commands, call: HostCall) -> tuple[str, ...]:
     return tuple(sorted(set(entry.secret_env.values())))
 
 
-def _landlock(commands: Commands, entry: CommandEntry) -> str:
-    """``"abi N"`` when the launcher applies Landlock, else ``"unavailable"``.
+def _landlock(commands: Commands, entry: CommandEntry, *, bare: bool) -> str:
+    """``"abi N"`` when the launcher applies Landlock, else ``"unavailable"`` (always when
+    the command runs ``bare``, without the sandbox).
 
     Raises:
         SandboxUnavailable: the entry requires Landlock and the kernel (or the system's
             ``/usr/bin/python3``, which runs the launcher) has none (``reason: "landlock"``).
     """
-    if commands.landlock_abi >= 1:
+    if commands.landlock_abi >= 1 and not bare:
         return f"abi {commands.landlock_abi}"
     if entry.landlock == "required":
         raise SandboxUnavailable(

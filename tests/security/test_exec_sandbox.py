@@ -277,6 +277,7 @@ def test_unsafe_exec_without_sandbox_runs_bare_and_is_audited(
     outcome = next(r for r in records if r["kind"] == "call.outcome")
     assert accepted["unsafe_exec_without_sandbox"] is True
     assert outcome["outcome"]["sandbox"] == "none" and outcome["outcome"]["profile_digest"] == "none"
+    assert outcome["outcome"]["landlock"] == "unavailable"  # bare: no launcher, no Landlock
 
 
 # -- the rest of the profile --------------------------------------------------------------
