@@ -190,6 +190,11 @@ class EgressProxy:
                 self._count += 1
                 over = self._count > MAX_CONNECTIONS
             if over:
+                client.settimeout(0.5)
+                try:  # read the head first: closing on unread bytes resets the client's read
+                    _read_head(client)
+                except (OSError, _Refusal):
+                    pass
                 self._answer(
                     client, 429, "connection_limit", f"at most {MAX_CONNECTIONS} connections per call"
                 )
