@@ -30,9 +30,14 @@ This module imports only the standard library, and the host imports it too (for
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
+
+try:
+    import ctypes
+except ImportError as _missing:  # a python3 without its stdlib: refuse, never run the command
+    sys.stderr.write(f"stockade-launch: {_missing}\n")
+    sys.exit(1)
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the launcher more than the rest of it
 if TYPE_CHECKING:
