@@ -14,8 +14,11 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +26,11 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
+from host.errors import CassetteInvalid
+from host.formats.cassette import body_fields
 from sdk._cassette import CassetteWarning, UnusedInteractions
 from sdk._loopback import LoopbackRemap
+from sdk.cli import main
 from sdk.devrun import dev_run
 from sdk.harness import Harness
 from tests.support.plugins import REPO_ROOT, build_test_plugin
@@ -257,3 +263,54 @@ def test_dev_without_allow_loopback_names_it_in_the_blocked_address_hint(bundles
     error = outcome.result.error
     assert error is not None and error.code == "EGRESS_DENIED" and error.details["reason"] == "blocked_address"
     assert "--allow-loopback api.echo.example=127.0.0.1:PORT" in error.hint
+
+
+def test_cassette_verify_passes_a_recording_and_flags_a_planted_token(
+    tmp_path: Path, bundles: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    cassette = tmp_path / "echo.json"
+    cassette.write_bytes(_RECORDED["echo"])
+    assert main(["cassette", "verify", str(cassette), "--bundle", str(bundles["echo"])]) == 0
+    assert "ok, no finding" in " ".join(capsys.readouterr().out.split())
+    assert main(["cassette", "show", "--json", str(cassette)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(i["method"], i["status"], i["content_encoding"]) for i in shown["interactions"]] == [
+        ("GET", 200, "identity"), ("GET", 200, "identity"), ("GET", 200, "gzip")
+    ]  # fmt: skip
+    doc = json.loads(_RECORDED["echo"])
+    planted = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJlLWJ5dGVz"
+    doc["interactions"][0]["response"].update(body_fields(f'{{"note": "{planted}"}}'.encode()))
+    cassette.write_bytes(json.dumps(doc).encode())
+    assert main(["cassette", "verify", "--json", str(cassette)]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert findings == [{"interaction": 0, "where": "response body", "problem": "looks like a credential (JSON Web Token)"}]
+
+
+def test_pytest_marker_names_the_cassette_and_the_record_mode_option_reaches_it(tmp_path: Path) -> None:
+    (tmp_path / "test_plugin.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.cassette('issues', allow_repeats=True, record_mode='all')\n"
+        "def test_marked(stockade_cassette, request):\n"
+        "    assert stockade_cassette == {'cassette': request.path.parent / 'cassettes' / 'issues.json',\n"
+        "                                 'record_mode': 'all', 'allow_repeats': True}\n"
+        "def test_unmarked(stockade_cassette):\n"
+        "    assert stockade_cassette['cassette'].name == 'test_unmarked.json'\n"
+        "    assert stockade_cassette['record_mode'] == 'once'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env["PYTHONPATH"] = str(REPO_ROOT)  # this checkout's sdk, not an installed one
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "sdk.pytest_plugin", "-p", "no:cacheprovider",
+         "--stockade-record-mode", "once", str(tmp_path)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_record_mode_defaults_to_none_so_a_missing_cassette_is_refused(bundles: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(CassetteInvalid, match="record mode is 'none'") as caught:
+        Harness(bundles["echo"], cassette=tmp_path / "absent.json", cache_dir=CACHE)
+    assert caught.value.details["reason"] == "missing"
+    (tmp_path / "other.json").write_bytes(_RECORDED["echojs"])
+    with pytest.raises(CassetteInvalid, match="recorded for package 'echojs'"):
+        Harness(bundles["echo"], cassette=tmp_path / "other.json", cache_dir=CACHE)
