@@ -314,3 +314,20 @@ def test_record_mode_defaults_to_none_so_a_missing_cassette_is_refused(bundles: 
     (tmp_path / "other.json").write_bytes(_RECORDED["echojs"])
     with pytest.raises(CassetteInvalid, match="recorded for package 'echojs'"):
         Harness(bundles["echo"], cassette=tmp_path / "other.json", cache_dir=CACHE)
+
+
+def test_new_episodes_replays_what_matches_and_records_only_the_rest(
+    bundles: dict[str, Path], api: tuple[LoopbackServer, Path], tmp_path: Path
+) -> None:
+    server, ca_file = api
+    cassette = tmp_path / "echo.json"
+    cassette.write_bytes(_RECORDED["echo"])
+    before = len(server.requests)
+    with Harness(bundles["echo"], cassette=cassette, record_mode="new_episodes", secrets=SECRETS,
+                 cache_dir=CACHE, loopback=[f"{HOST}=127.0.0.1:{server.port}"], ca_file=ca_file) as h:  # fmt: skip
+        assert h.call("echo.fetch", CALLS[0]).output["status"] == 200  # replayed
+        assert h.call("echo.fetch", {"url": f"https://{HOST}/v1/echo?page=3"}).output["status"] == 200
+    assert [r.target for r in server.requests[before:]] == ["/v1/echo?page=3"]  # only the new one
+    urls = [i["request"]["url"] for i in json.loads(cassette.read_bytes())["interactions"]]
+    assert urls[:3] == [i["request"]["url"] for i in json.loads(_RECORDED["echo"])["interactions"]]
+    assert urls[3:] == [f"https://{HOST}/v1/echo?page=3"]  # the union, in order

@@ -28,3 +28,12 @@ def test_non_remapped_host_resolving_to_loopback_stays_refused() -> None:
     with pytest.raises(OSError, match="non-public address and is not remapped"):
         resolve("rebind.example.com")
     assert remap.describe() == ["api.example.com → 127.0.0.1:8443", "other.example.com → ::1:9000"]
+
+
+def test_dev_refuses_a_non_loopback_remap_as_a_usage_error(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from sdk.cli import main  # noqa: PLC0415
+
+    (tmp_path / "manifest.json").write_text("{}")
+    status = main(["dev", "x.y", "--bundle", str(tmp_path), "--allow-loopback", "api.example.com=10.0.0.1:80"])
+    assert status == 2
+    assert "is not a loopback address" in capsys.readouterr().err
