@@ -49,7 +49,9 @@ Tree (kept in step with the classes below; ``tests/unit/host/test_errors.py`` ch
     │   └── McpTimeout            MCP_TIMEOUT             an MCP server did not answer within the call timeout
     ├── McpToolChanged            MCP_TOOL_CHANGED        an MCP tool differs from its pin: withheld
     ├── StoreUnavailable          STORE_UNAVAILABLE       the state store cannot be reached or used
-    └── ConfigInvalid             CONFIG_INVALID          the host config file is missing or invalid
+    ├── ConfigInvalid             CONFIG_INVALID          the host config file is missing or invalid
+    ├── CassetteInvalid           CASSETTE_INVALID        an HTTP cassette is malformed, too large or unsafe
+    └── CassetteUnmatched         CASSETTE_UNMATCHED      a replayed request has no recorded interaction
 
 "Untrusted input was bad" is a ``StockadeError``; "the caller misused the API" is a
 ``TypeError``/``ValueError``/``RuntimeError`` (CONTRIBUTING.md principle 3).
@@ -78,6 +80,8 @@ __all__ = [
     "BundleMissing",
     "Busy",
     "CallCancelled",
+    "CassetteInvalid",
+    "CassetteUnmatched",
     "ComponentRefused",
     "ConfigInvalid",
     "CredentialUnavailable",
@@ -522,6 +526,36 @@ class ConfigInvalid(StockadeError):
 
     code = "CONFIG_INVALID"
     default_hint = "Fix the file named in the message, or write a new one with `stockade init`."
+
+
+class CassetteInvalid(StockadeError):
+    """An HTTP cassette (``stockade.cassette/1``) cannot be used or must not be written.
+
+    ``details["reason"]`` is one of ``malformed``, ``too_large``, ``wrong_package``,
+    ``missing`` (replay without a file), ``secret_in_cassette`` (the final scan found a
+    staged secret: nothing was written; ``details["interaction"]`` is its index) or
+    ``unsupported_encoding``.
+    """
+
+    code = "CASSETTE_INVALID"
+    default_hint = (
+        "Re-record the cassette (`stockade test --record-mode all`), or check it with "
+        "`stockade cassette verify FILE`."
+    )
+
+
+class CassetteUnmatched(StockadeError):
+    """A request made during replay matches no unused recorded interaction.
+
+    ``details`` names ``method`` and ``url`` (secrets as ``<secret:NAME>``). The call fails
+    with this error even if the plugin handled the failed request itself.
+    """
+
+    code = "CASSETTE_UNMATCHED"
+    default_hint = (
+        "The plugin sent a request the cassette did not record: record it with "
+        "`stockade test --record-mode new_episodes`, or fix the plugin's request."
+    )
 
 
 def all_error_classes() -> tuple[type[StockadeError], ...]:

@@ -193,11 +193,14 @@ _READ_TEST: Final = Template('''\
 """Tests for $name: a real Stockade host runs the plugin; only the network is scripted.
 
 The harness builds the project, loads it with the egress policy, credential injection,
-limits and audit all switched on, and answers HTTP from the routes below. Where the host
-injected a secret, recorded requests show a placeholder such as <secret:api_token>.
+limits and audit all switched on, and answers HTTP from the routes below, or from an
+HTTP cassette recorded from the real API (the last test). Where the host injected a
+secret, recorded requests show a placeholder such as <secret:api_token>.
 """
 
 ''' + _HARNESS_HEAD + '''\
+from sdk.devrun import read_secret
+
 ITEM_7 = route("GET", "https://api.example.com/v1/items/7")
 
 
@@ -234,6 +237,25 @@ def test_lookup_of_a_missing_item_fails_cleanly(h):
     result = h.call("$name.lookup", {"id": 7})
     assert result.error.code == "TOOL_FAILED"
     assert "not found" in result.error.message
+
+
+@pytest.mark.cassette("lookup")
+def test_lookup_replayed_from_a_cassette(stockade_cassette):
+    """The real API's answer, recorded once (secrets removed), replayed offline after:
+
+        API_TOKEN=... stockade test --record-mode once    # writes tests/cassettes/lookup.json
+        stockade cassette verify tests/cassettes/lookup.json
+        stockade test                                     # replays it; no network at all
+    """
+    mode, exists = stockade_cassette["record_mode"], stockade_cassette["cassette"].is_file()
+    records = mode in ("all", "new_episodes") or (mode == "once" and not exists)
+    if not exists and mode == "none":
+        pytest.skip("no cassette yet: record it with API_TOKEN=... stockade test --record-mode once")
+    # Recording needs the real token, from the environment (never a literal); replay does not.
+    secrets = dict([read_secret("api_token=env:API_TOKEN")]) if records else ["api_token"]
+    with Harness(PROJECT, secrets=secrets, **stockade_cassette) as replay:
+        result = replay.call("$name.lookup", {"id": 7})
+    assert result.ok, result.error
 ''')
 
 _WRITE_TOML: Final = Template('''\

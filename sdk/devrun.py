@@ -15,7 +15,9 @@ Differences from a production host, each visible to the author:
 - ``allow_hosts`` widens the package's allowlist for this run only (the caller prints it
   loudly); the widened manifest is what the throw-away lock pins;
 - failing guests' tracebacks are put in the error details (``debug_guest_errors``);
-- every outbound request is recorded with ``<secret:NAME>`` where a secret was injected.
+- every outbound request is recorded with ``<secret:NAME>`` where a secret was injected;
+- with ``loopback`` (``--allow-loopback HOST=127.0.0.1:PORT``), the named allowed hosts
+  connect to a local server instead (:mod:`sdk._loopback`).
 
 The workspace is removed when the call returns.
 """
@@ -41,13 +43,14 @@ import httpx2
 
 from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.canonical import canonical_json
-from host.egress.policy import Resolver
+from host.egress.policy import Resolver, system_resolver
 from host.egress.transport import Pins, TransportFactory, pinned_transport_factory
 from host.errors import StockadeError
 from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
 from host.secrets import check_secret
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
+from sdk._loopback import LoopbackRemap
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
 from sdk.harness import _basic_usernames, _Secrets, write_workspace
@@ -228,6 +231,23 @@ def _dev_secret_hint(result: CallResult, tool: str) -> CallResult:
     return dataclasses.replace(result, error=dataclasses.replace(error, message=message, hint=hint))
 
 
+def _dev_loopback_hint(result: CallResult, loopback: LoopbackRemap | None) -> CallResult:
+    """A loopback or private address refused in ``dev``: name ``--allow-loopback`` (the
+    host's own hint says to fix the plugin's request, which is wrong for a local API)."""
+    error = result.error
+    if error is None or error.code != "EGRESS_DENIED" or error.details.get("reason") != "blocked_address":
+        return result
+    host = str(error.details.get("host") or "HOST")
+    hint = (
+        f"to reach an API on this machine, remap the allowed host to it: `stockade dev ... "
+        f"--allow-loopback {shlex.quote(host)}=127.0.0.1:PORT` (loopback targets only; add "
+        "--ca-file FILE for a local HTTPS server's CA)"
+    )
+    if loopback is not None:
+        hint = f"{host} is not remapped by --allow-loopback; {hint}"
+    return dataclasses.replace(result, error=dataclasses.replace(error, hint=hint))
+
+
 def _call(host: Host, request: CallRequest) -> tuple[CallResult, bool]:
     try:
         plan = host.prepare(request)
@@ -252,6 +272,8 @@ def dev_run(
     compile_progress: Callable[[ProgressEvent], None] | None = None,
     resolver: Resolver | None = None,
     network: TransportFactory | None = None,
+    loopback: LoopbackRemap | None = None,
+    ca_file: Path | None = None,
 ) -> DevOutcome:
     """Build (or copy) and call one tool through a throw-away real host.
 
@@ -270,6 +292,10 @@ def dev_run(
         network: builds the transport under the recorder from the vetted pins (default:
             the host's pinned TLS transport). Tests use a scripted one: the network cannot
             be reached from the test machine.
+        loopback: ``--allow-loopback``: hosts of the allowlist remapped to a local server
+            (:mod:`sdk._loopback`); the host runs with ``unsafe_allow_loopback`` (logged and
+            audited), every other host keeps the public-address rule.
+        ca_file: an extra CA to trust (``--ca-file``), e.g. a local HTTPS server's.
 
     Raises:
         ValueError: neither or both of ``project`` and ``bundle``.
@@ -296,15 +322,19 @@ def dev_run(
         lock, policy, store = write_workspace(tmp, staged, values, project=DEV_PROJECT, subject=subject)
         hide = _Secrets(values, _basic_usernames(staged))
         requests: list[DevRequest] = []
-        inner = network or pinned_transport_factory(ca_file=None)
+        inner = network or pinned_transport_factory(ca_file=ca_file)
+        if loopback is not None:
+            resolver = loopback.resolver(resolver or system_resolver)
+            inner = network or loopback.transport_factory(ca_file=ca_file)
 
         def transport(pins: Pins) -> httpx2.BaseTransport:
             return _Recording(inner(pins), hide, requests)
 
         started = time.monotonic()
         config = HostConfig(
-            state_dir=tmp / "state", artifact_cache_dir=artifacts_dir(cache), debug_guest_errors=True
-        )
+            state_dir=tmp / "state", artifact_cache_dir=artifacts_dir(cache), debug_guest_errors=True,
+            unsafe_allow_loopback=loopback is not None,
+        )  # fmt: skip
         with Host.open(
             lock, config=config, secrets=store, policy=policy, audit=tmp / "audit.log",
             resolver=resolver, transport_factory=transport, progress=compile_progress,
@@ -320,7 +350,7 @@ def dev_run(
                 input=dict(input),
             )
             result, approved = _call(host, request)
-            result = _dev_secret_hint(result, tool)
+            result = _dev_loopback_hint(_dev_secret_hint(result, tool), loopback)
             timings["call"] = time.monotonic() - started
         package = staged.manifest.package
         return DevOutcome(

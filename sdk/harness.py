@@ -51,11 +51,12 @@ from __future__ import annotations
 
 import base64
 import json as _json
+import os
 import secrets as _random
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -67,12 +68,15 @@ import httpx2
 from host import CallRequest, CallResult, FilePolicyEngine, Host, HostConfig, InvocationPlan, Principal
 from host.canonical import canonical_json
 from host.config import DEFAULT_CEILINGS, Ceilings, WorkspaceGrant
+from host.egress.cassette import RedactionHook
 from host.egress.transport import Pins
 from host.errors import StockadeError
 from host.redact import Redactor
 from host.runtime import ProgressEvent
 from host.secrets import MasterKey, SecretsStore
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
+from sdk._cassette import RECORD_MODE_ENV, HarnessCassette
+from sdk._loopback import LoopbackRemap
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
 from sdk.project import PROJECT_FILE
@@ -298,6 +302,17 @@ class Harness:
             as an operator's ``[[workspace]]`` would: the package's ``workspace.read``
             directories beneath it are the guest's read-only ``/workspace/<path>``.
             None (the default): no workspace, so the guest sees none.
+        cassette: a ``stockade.cassette/1`` file to replay (or record): the network is
+            replaced by it instead of ``routes`` (see :mod:`sdk._cassette`,
+            ``docs/authors.md``). :attr:`cassette` holds its replayer and recorder.
+        record_mode: ``none`` (default; replay only), ``once``, ``new_episodes`` or
+            ``all``; default from ``$STOCKADE_RECORD_MODE`` (``stockade test --record-mode``).
+        redact: an extra redaction hook for recorded interactions (redacted again after).
+        allow_repeats: a request may replay an interaction already consumed.
+        match_headers: header names whose (redacted) values must match too.
+        loopback: ``HOST=127.0.0.1:PORT`` remaps for recording against a local API (the
+            host must be in the manifest's allowlist; loopback targets only).
+        ca_file: an extra CA to trust when recording over TLS.
 
     Raises:
         ValueError: ``target`` is neither a project nor a bundle; a secret name or value
@@ -320,7 +335,18 @@ class Harness:
         compile_progress: Callable[[ProgressEvent], None] | None = None,
         debug: bool = True,
         workspace: str | Path | None = None,
+        cassette: str | Path | None = None,
+        record_mode: str | None = None,
+        redact: RedactionHook | None = None,
+        allow_repeats: bool = False,
+        match_headers: Sequence[str] = (),
+        loopback: Sequence[str] = (),
+        ca_file: str | Path | None = None,
     ) -> None:
+        if cassette is not None and routes:
+            raise ValueError("give routes= or cassette=, not both")
+        if (loopback or ca_file is not None) and cassette is None:
+            raise ValueError("loopback= and ca_file= are for recording a cassette; give cassette= too")
         self._debug = debug
         self._workspace = None if workspace is None else Path(workspace)
         self.routes: dict[tuple[str, str], Route] = {route(m, u): r for (m, u), r in (routes or {}).items()}
@@ -333,10 +359,20 @@ class Harness:
         self._cache = Path(cache_dir) if cache_dir is not None else default_harness_cache()
         self._tmp = Path(tempfile.mkdtemp(prefix="stockade-harness-"))
         self._closed = False
+        self.cassette: HarnessCassette | None = None
         try:
             self.bundle = self._stage_bundle(Path(target), progress)
             values = _secret_values(secrets)
             self._secrets = _Secrets(values, _basic_usernames(self.bundle))
+            if cassette is not None:
+                mode = record_mode or os.environ.get(RECORD_MODE_ENV) or "none"
+                self.cassette = HarnessCassette(
+                    Path(cassette), mode, bundle=self.bundle, secrets=values,
+                    basic_usernames=_basic_usernames(self.bundle), hook=redact,
+                    allow_repeats=allow_repeats, match_headers=match_headers,
+                    loopback=LoopbackRemap.parse(loopback) if loopback else None,
+                    ca_file=None if ca_file is None else Path(ca_file),
+                )  # fmt: skip
             self.host = self._open(values, ceilings, compile_progress)
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -373,6 +409,7 @@ class Harness:
             ceilings=ceilings,
             artifact_cache_dir=artifacts_dir(self._cache),
             debug_guest_errors=self._debug,
+            unsafe_allow_loopback=self.cassette is not None and self.cassette.allow_loopback,
             workspaces=()
             if self._workspace is None
             else (WorkspaceGrant(root=self._workspace, project=PROJECT, subjects=(SUBJECT,)),),
@@ -383,8 +420,8 @@ class Harness:
             secrets=store,
             policy=policy,
             audit=self._tmp / "audit.log",
-            resolver=self._resolve,
-            transport_factory=self._transport,
+            resolver=self._resolve if self.cassette is None else self.cassette.resolver,
+            transport_factory=self._transport if self.cassette is None else self.cassette.transport_factory,
             progress=compile_progress,
         )
 
@@ -509,8 +546,11 @@ class Harness:
             The host's :class:`~host.CallResult` (``ok``, ``output`` or ``error.code``).
         """
         start = len(self.unmatched)
+        seen = 0 if self.cassette is None else self.cassette.unmatched_count
         request = self.request(tool, input, version=version, session=session)
         result = self._approved(request) if approve else self.host.call(request)
+        if self.cassette is not None:
+            result = self.cassette.after_call(result, seen)
         with self._lock:
             errors, self._errors = self._errors, []
             missed = self.unmatched[start:]
@@ -555,8 +595,18 @@ class Harness:
         """The audit log file (verify it with ``host.audit.verify``)."""
         return self._tmp / "audit.log"
 
-    def close(self) -> None:
-        """Close the host and remove the temporary workspace. Idempotent."""
+    def close(self, *, save: bool = True) -> None:
+        """Close the host and remove the temporary workspace. Idempotent.
+
+        With a cassette: write it if recording (after the final scan), and in strict
+        mode fail on interactions never replayed; ``save=False`` skips both (``with``
+        does so when the block raised).
+
+        Raises:
+            CassetteInvalid: the final scan found a secret, or a response could not be
+                recorded: nothing was written.
+            UnusedInteractions: ``strict=True`` and a recorded interaction was not replayed.
+        """
         if self._closed:
             return
         self._closed = True
@@ -564,6 +614,8 @@ class Harness:
             self.host.close()
         finally:
             shutil.rmtree(self._tmp, ignore_errors=True)
+        if save and self.cassette is not None:
+            self.cassette.finish(strict=self.strict)
 
     def __enter__(self) -> Harness:
         return self
@@ -571,7 +623,7 @@ class Harness:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        self.close(save=exc_type is None)
 
 
 def write_workspace(

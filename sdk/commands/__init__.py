@@ -48,6 +48,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("test", "build a plugin project and run its tests through the harness"),
     Command("dev", "run one tool call of a project or bundle through a real, throw-away host"),
     Command("watch", "rebuild and rerun a project's tests on every save"),
+    Command("cassette", "verify or show an HTTP cassette recorded by the test harness"),
     Command("toolchain", "install or check the pinned JavaScript toolchain (per user)"),
     Command("cache", "the per-user build and compiled-artifact caches: info, prune"),
     Command("keygen", "make an Ed25519 signing key"),

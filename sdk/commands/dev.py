@@ -11,7 +11,10 @@ and timings (stderr). A failing guest's traceback or stack is shown.
 Secrets: ``--secret NAME=@FILE`` (the file's content) or ``--secret NAME=env:VAR``;
 never a literal value. ``--allow-host HOST`` (or ``scheme://host[:port][/path]``) widens
 the allowlist for this run only, and says so loudly: put the host under ``[http] allow``
-in stockade.toml to keep it. A tool that needs approval is approved by you for this run.
+in stockade.toml to keep it. ``--allow-loopback HOST=127.0.0.1:PORT`` connects an allowed
+HOST to a server on this machine (loopback targets only; other hosts keep the public-address
+rule; ``--ca-file`` trusts a local HTTPS server's CA). A tool that needs approval is
+approved by you for this run.
 Nothing here exists in a production host: it is an ordinary ``Host`` with a throw-away
 lock, policy and secrets.
 
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sdk._loopback import LoopbackRemap
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -62,6 +66,11 @@ def register(sub: Any) -> None:
         "--allow-host", action="append", default=[], metavar="HOST",
         help="widen the egress allowlist for this run only (printed as a warning)",
     )  # fmt: skip
+    parser.add_argument(
+        "--allow-loopback", action="append", default=[], metavar="HOST=127.0.0.1:PORT",
+        help="connect an allowed host to a server on this machine (loopback targets only; printed)",
+    )  # fmt: skip
+    parser.add_argument("--ca-file", type=Path, default=None, help="an extra CA to trust (PEM)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
@@ -97,11 +106,20 @@ def run(args: argparse.Namespace) -> int:
             f"[bold red]WARNING[/]: --allow-host {cell(host)} widens the egress allowlist for this dev run "
             "only; add it under \\[http] allow in stockade.toml to keep it", soft_wrap=True,
         )  # fmt: skip
+    with user_input("give each --allow-loopback as HOST=127.0.0.1:PORT"):
+        loopback = LoopbackRemap.parse(args.allow_loopback) if args.allow_loopback else None
+    for line in [] if loopback is None else loopback.describe():
+        console.print(
+            f"[bold red]WARNING[/]: --allow-loopback {cell(line)}: this dev run connects that host to a "
+            "server on this machine (the host runs with unsafe_allow_loopback, recorded in its audit log)",
+            soft_wrap=True,
+        )  # fmt: skip
     show = not args.json
     with problems_listed(enabled=show), author_progress(enabled=show) as (on_build, on_compile):
         outcome = dev_run(
             tool, value, project=project, bundle=bundle, version=version or None, secrets=secrets,
             allow_hosts=args.allow_host, progress=on_build, compile_progress=on_compile,
+            loopback=loopback, ca_file=args.ca_file,
         )  # fmt: skip
     total = time.monotonic() - started
     if args.json:

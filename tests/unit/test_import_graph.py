@@ -35,6 +35,9 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
     # The formats of what a lock pins: the schema subset and the external profile, the
     # manifest, the operator's host file, and the MCP source pin (host/formats/).
     ("formats", ["host.formats"]),
+    # HTTP cassettes: record and replay at egress's transport seam, written in the
+    # stockade.cassette/1 format, so above both (authoring only; Host never imports it).
+    ("cassettes", ["host.egress.cassette"]),
     ("trust", ["host.trust"]),
     # The process sandbox (bubblewrap, seccomp, rlimits) of exec.run and stdio MCP servers.
     ("process sandbox", ["host.sandbox"]),

@@ -51,6 +51,8 @@ PINNED_CODES = {
     "McpToolChanged": "MCP_TOOL_CHANGED",
     "StoreUnavailable": "STORE_UNAVAILABLE",
     "ConfigInvalid": "CONFIG_INVALID",
+    "CassetteInvalid": "CASSETTE_INVALID",
+    "CassetteUnmatched": "CASSETTE_UNMATCHED",
 }
 
 
