@@ -52,7 +52,7 @@ import wasmtime
 from wasmtime import component as wc
 
 from host.runtime.calllog import CallLog
-from host.runtime.engine import deadline_ticks
+from host.runtime.engine import POOL_FULL_RETRY_S, PoolFull, deadline_ticks
 from host.runtime.imports import current_context
 from host.runtime.models import SandboxLimits
 
@@ -256,6 +256,11 @@ class ReadyPools:
             store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
             func = self._instantiate(store, component)
             used = limits.fuel - store.get_fuel()
+        except PoolFull:  # every allocator slot is held: try again when a store is freed
+            with self._cond:
+                if not self._closed:
+                    self._cond.wait(timeout=POOL_FULL_RETRY_S)
+            return
         except Exception:  # a start-up that traps: calls instantiate on demand
             with self._cond:
                 self._refused.add(key)
