@@ -30,6 +30,9 @@ the pool empty it instantiates on demand as before. Pools are bounded by ``depth
 :data:`MAX_KEYS` keys (least recently used dropped), a key unused for
 :data:`IDLE_S` seconds is drained, and :meth:`ReadyPools.close` drains everything
 (the Runtime closes it; a lock reload opens a new Host, and so a new Runtime).
+With the pooling allocator (:mod:`host.runtime.engine`) a ready instance holds one of its
+slots like any store; when every slot is taken the thread waits up to
+:data:`~host.runtime.engine.POOL_FULL_RETRY_S` and tries again (the key stays pooled).
 
 Example::
 
