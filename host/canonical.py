@@ -202,6 +202,9 @@ class _Fallback(Exception):
     """Raised by :func:`_scan` when the careful walk must decide (and name the pointer)."""
 
 
+_FIXED_FLOOR = 1e-4  # below it Python's repr switches to exponent notation
+
+
 def _scan(node: object, depth: int) -> bool:
     """The common case, fast: exact JSON types only, recursion bounded by MAX_JSON_DEPTH.
 
@@ -220,7 +223,12 @@ def _scan(node: object, depth: int) -> bool:
         return True
     if type(node) is float:
         if math.isfinite(node):
-            return False
+            # A non-integral float of magnitude >= 1e-4 prints the same in both: Python's
+            # repr and ECMAScript's Number#toString both give the shortest round-trip
+            # digits, and both use fixed notation there (Python below 1e16, ECMAScript
+            # below 1e21; a non-integral float is below 2**52). Integral floats (1.0 → 1,
+            # -0.0 → 0) and smaller magnitudes (1e-05 vs 0.00001) take the slow way.
+            return abs(node) >= _FIXED_FLOOR and not node.is_integer()
         raise _Fallback
     if depth >= MAX_JSON_DEPTH:
         raise _Fallback
@@ -264,8 +272,9 @@ def canonical_json(value: object) -> bytes:
     except _Fallback:
         simple = _check_value(value, max_depth=MAX_JSON_DEPTH)
     if simple:
-        # Fast path (C encoder). Without floats, RFC 8785 differs from sorted compact JSON
-        # only in key order, which is UTF-16 code-unit order: equal to code-point order
+        # Fast path (C encoder). Without floats (but those :func:`_scan` lets through),
+        # RFC 8785 differs from sorted compact JSON only in key order, which is UTF-16
+        # code-unit order: equal to code-point order
         # unless a key holds a character >= U+E000. String escaping is the same as
         # ECMAScript's (short escapes for \b \t \n \f \r, lower-case \u00xx for other
         # controls, nothing else escaped with ensure_ascii=False); lone surrogates were

@@ -109,6 +109,7 @@ class WorkspaceGrant:
 
 
 MAX_READY_INSTANCES: Final = 16  # ready instances per (component, limits)
+MAX_POOL_INSTANCES: Final = 1024  # pooling-allocator slots (each reserves ~4 GiB of address space)
 _COMMAND_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # The sandbox sets these itself (a fixed PATH, HOME in the private /tmp, LANG, TZ); the
@@ -335,6 +336,11 @@ class HostConfig:
             and limits, for components slow to instantiate (componentize-py and -js);
             0 turns it off (:mod:`host.runtime.ready`). Each costs the memory of one
             idle instance (a few MB resident for a Python plugin).
+        pool_instances: component instances the engine's pooling allocator keeps slots
+            for (:mod:`host.runtime.engine`; default 64, 0..1024); 0 turns the pooling
+            allocator off (every store allocates on demand). Each slot reserves about
+            4 GiB of address space (not memory); a call past a full pool runs on an
+            on-demand engine instead of failing.
         commands: the commands ``exec.run`` may start (:class:`CommandEntry`, distinct
             names); with at least one (and a workspace), ``exec.run`` is in the registry.
         unsafe_exec_without_sandbox: run ``exec.run`` commands without bubblewrap when
@@ -364,6 +370,7 @@ class HostConfig:
     debug_guest_errors: bool = False
     workspaces: tuple[WorkspaceGrant, ...] = ()
     ready_instances: int = 2  # instances per (component, limits); 0: off
+    pool_instances: int = 64  # pooling-allocator component-instance slots; 0: on-demand allocation
     commands: tuple[CommandEntry, ...] = ()
     unsafe_exec_without_sandbox: bool = False
 
@@ -399,6 +406,9 @@ class HostConfig:
         ready = self.ready_instances
         if isinstance(ready, bool) or not isinstance(ready, int) or not 0 <= ready <= MAX_READY_INSTANCES:
             raise ValueError(f"HostConfig.ready_instances must be an int in 0..16, got {ready!r}")
+        slots = self.pool_instances
+        if isinstance(slots, bool) or not isinstance(slots, int) or not 0 <= slots <= MAX_POOL_INSTANCES:
+            raise ValueError(f"HostConfig.pool_instances must be an int in 0..1024, got {slots!r}")
         if self.unsafe_allow_loopback:
             _log.warning(
                 "unsafe_allow_loopback is on: plugins may reach 127.0.0.0/8 and ::1. "

@@ -22,14 +22,19 @@ The repair. The linker's ``wasi:clocks/monotonic-clock`` instance (the exact ver
 wasmtime's WASI defines; a guest importing any ``0.2.x`` resolves to it by semver) is
 replaced by host functions:
 
-- ``now`` — ``time.monotonic_ns()``; ``resolution`` — 1 ns;
+- ``now`` and ``resolution`` stay wasmtime's own: reading the clock cannot block, and a
+  host function in Python costs several µs per read (a componentize-js guest reads it
+  about 8 times per call);
 - ``subscribe-duration(d)`` / ``subscribe-instant(t)`` — a *native* clock pollable that
   is ready at ``min(requested, deadline + DEADLINE_OVERSHOOT_NS)``. Once the deadline has
   passed, a subscription is refused with a trap the sandbox reports as SANDBOX_TIMEOUT.
+  ``t`` is an instant on the guest's clock (wasmtime's ``now``, whose origin is its
+  own), so it is turned into a duration with the native ``now`` read through the bridge.
 
 Native pollables must stay native (``wasi:io/streams`` and ``wasi:io/poll`` are wasmtime's
 own and only accept their resource type), so they are made by the *clock bridge*: a
-tiny component that imports the native clock and re-exports ``subscribe-duration``. It
+tiny component that imports the native clock and re-exports ``subscribe-duration`` and
+``now``. It
 is instantiated, with a linker holding only native WASI, in the call's own store the
 first time the guest subscribes; the pollable it returns is handed to the guest as an
 ``own<pollable>`` of wasmtime's type, and the guest's ``resource.drop`` frees it natively.
@@ -91,20 +96,27 @@ CLOCK_BRIDGE_WAT: Final = """
   (import "wasi:clocks/monotonic-clock@0.2.0" (instance $clock
     (alias outer 1 $pollable (type $p))
     (export "pollable" (type $p2 (eq $p)))
+    (export "now" (func (result u64)))
     (export "subscribe-duration" (func (param "when" u64) (result (own $p2))))))
   (alias export $clock "subscribe-duration" (func $subscribe))
+  (alias export $clock "now" (func $now))
   (core func $subscribe-core (canon lower (func $subscribe)))
+  (core func $now-core (canon lower (func $now)))
   (core module $Bridge
     (import "wasi" "subscribe" (func $subscribe (param i64) (result i32)))
-    (func (export "subscribe") (param i64) (result i32) (call $subscribe (local.get 0))))
+    (import "wasi" "now" (func $now (result i64)))
+    (func (export "subscribe") (param i64) (result i32) (call $subscribe (local.get 0)))
+    (func (export "now") (result i64) (call $now)))
   (core instance $bridge (instantiate $Bridge
-    (with "wasi" (instance (export "subscribe" (func $subscribe-core))))))
+    (with "wasi" (instance (export "subscribe" (func $subscribe-core)) (export "now" (func $now-core))))))
   (func $lifted (param "when" u64) (result (own $pollable))
     (canon lift (core func $bridge "subscribe")))
+  (func $lifted-now (result u64) (canon lift (core func $bridge "now")))
   (export "subscribe-duration" (func $lifted))
+  (export "now" (func $lifted-now))
 )
 """
-"""The clock bridge: wasmtime's own ``subscribe-duration``, callable from the host."""
+"""The clock bridge: wasmtime's own ``subscribe-duration`` and ``now``, callable from the host."""
 
 
 class DeadlineExceeded(wasmtime.WasmtimeError):
@@ -161,9 +173,9 @@ def install_deadline_clock(linker: wc.Linker, engine: wasmtime.Engine) -> ClockB
     linker.allow_shadowing = True
     try:
         with linker.root() as root, root.add_instance(interface) as clock:
+            # ``now`` and ``resolution`` stay wasmtime's own (native speed: a JavaScript
+            # guest reads the clock several times per call); only subscriptions are ours.
             clock.add_resource("pollable", pollable, _no_drop)
-            clock.add_func("now", _now)
-            clock.add_func("resolution", _resolution)
             clock.add_func("subscribe-duration", _guarded(_subscribe_duration))
             clock.add_func("subscribe-instant", _guarded(_subscribe_instant))
     finally:
@@ -181,8 +193,8 @@ def _native_pollable_type(
     store.set_epoch_deadline(1 << 32)
     instance = native.instantiate(store, component)
     subscribe = instance.get_func(store, "subscribe-duration")
-    if subscribe is None:  # the bridge exports it; a wasmtime change would show here
-        raise RuntimeError("the clock bridge has no subscribe-duration export")
+    if subscribe is None or instance.get_func(store, "now") is None:  # a wasmtime change would show here
+        raise RuntimeError("the clock bridge has no subscribe-duration or now export")
     pollable = subscribe(store, 0)
     if not isinstance(pollable, wc.ResourceAny):
         raise RuntimeError("wasmtime's subscribe-duration returned no resource")
@@ -193,10 +205,6 @@ def _native_pollable_type(
 
 def _now(_store: object) -> int:
     return time.monotonic_ns()
-
-
-def _resolution(_store: object) -> int:
-    return 1
 
 
 def _no_drop(_store: object, _rep: int) -> None:
@@ -234,29 +242,44 @@ def _subscribe_duration(store: Any, context: CallContext, duration: int) -> Any:
 
 
 def _subscribe_instant(store: Any, context: CallContext, instant: int) -> Any:
+    # ``instant`` is on the guest's clock, wasmtime's native ``now`` (its own origin):
+    # turned into a duration on that clock, then clamped like any other subscription.
     now = time.monotonic_ns()
-    return _subscribe(store, context, now, max(int(instant) - now, 0))
+    _check_subscription(context, now)
+    native_now = _bridge(store, context)[1](store)
+    return _subscribe(store, context, now, max(int(instant) - int(native_now), 0))
+
+
+def _check_subscription(context: CallContext, now: int) -> None:
+    if context.deadline_ns - now <= 0:
+        context.deadline_hit = True
+        raise DeadlineExceeded("the call deadline passed while the guest used the clock")
+
+
+def _bridge(store: Any, context: CallContext) -> tuple[Any, Any]:
+    """(subscribe-duration, now) of the clock bridge in this call's store (instantiated once)."""
+    if context.clock_subscribe is not None and context.clock_now is not None:
+        return context.clock_subscribe, context.clock_now
+    bridge = context.clock
+    if bridge is None:
+        raise wasmtime.WasmtimeError("stockade clock: the call has no clock bridge")
+    instance = bridge.native_linker.instantiate(store, bridge.component)
+    subscribe = instance.get_func(store, "subscribe-duration")
+    native_now = instance.get_func(store, "now")
+    if subscribe is None or native_now is None:  # the bridge exports both (checked at start)
+        raise wasmtime.WasmtimeError("stockade clock: the bridge lacks subscribe-duration or now")
+    context.clock_subscribe, context.clock_now = subscribe, native_now
+    return subscribe, native_now
 
 
 def _subscribe(store: Any, context: CallContext, now: int, duration: int) -> Any:
     """A native pollable ready after ``duration`` ns, but never past the deadline."""
     remaining = context.deadline_ns - now
-    if remaining <= 0:
-        context.deadline_hit = True
-        raise DeadlineExceeded("the call deadline passed while the guest used the clock")
+    _check_subscription(context, now)
     context.clock_subscriptions += 1
     if context.clock_subscriptions > MAX_CLOCK_SUBSCRIPTIONS:
         raise wasmtime.WasmtimeError(
             f"the guest subscribed to the clock more than {MAX_CLOCK_SUBSCRIPTIONS} times in one call"
         )
-    bridge = context.clock
-    if bridge is None:
-        raise wasmtime.WasmtimeError("stockade clock: the call has no clock bridge")
-    subscribe = context.clock_subscribe
-    if subscribe is None:
-        instance = bridge.native_linker.instantiate(store, bridge.component)
-        subscribe = instance.get_func(store, "subscribe-duration")
-        if subscribe is None:  # the bridge exports it (checked when the runtime starts)
-            raise wasmtime.WasmtimeError("stockade clock: the bridge has no subscribe-duration")
-        context.clock_subscribe = subscribe
+    subscribe = _bridge(store, context)[0]
     return subscribe(store, min(duration, remaining + DEADLINE_OVERSHOOT_NS))

@@ -84,6 +84,7 @@ class CallContext:
     __slots__ = (
         "body_ceiling",
         "clock",
+        "clock_now",
         "clock_subscribe",
         "clock_subscriptions",
         "deadline_hit",
@@ -112,6 +113,7 @@ class CallContext:
         self.clock = clock
         self.body_ceiling = body_ceiling
         self.clock_subscribe: wc.Func | None = None
+        self.clock_now: wc.Func | None = None
         self.clock_subscriptions = 0
         self.deadline_hit = False
         self.host_failure: tuple[str, Exception] | None = None

@@ -30,6 +30,9 @@ the pool empty it instantiates on demand as before. Pools are bounded by ``depth
 :data:`MAX_KEYS` keys (least recently used dropped), a key unused for
 :data:`IDLE_S` seconds is drained, and :meth:`ReadyPools.close` drains everything
 (the Runtime closes it; a lock reload opens a new Host, and so a new Runtime).
+With the pooling allocator (:mod:`host.runtime.engine`) a ready instance holds one of its
+slots like any store; when every slot is taken the thread waits up to
+:data:`~host.runtime.engine.POOL_FULL_RETRY_S` and tries again (the key stays pooled).
 
 Example::
 
@@ -52,7 +55,7 @@ import wasmtime
 from wasmtime import component as wc
 
 from host.runtime.calllog import CallLog
-from host.runtime.engine import deadline_ticks
+from host.runtime.engine import POOL_FULL_RETRY_S, PoolFull, deadline_ticks
 from host.runtime.imports import current_context
 from host.runtime.models import SandboxLimits
 
@@ -256,6 +259,11 @@ class ReadyPools:
             store.set_epoch_deadline(deadline_ticks(limits.timeout_ms))
             func = self._instantiate(store, component)
             used = limits.fuel - store.get_fuel()
+        except PoolFull:  # every allocator slot is held: try again when a store is freed
+            with self._cond:
+                if not self._closed:
+                    self._cond.wait(timeout=POOL_FULL_RETRY_S)
+            return
         except Exception:  # a start-up that traps: calls instantiate on demand
             with self._cond:
                 self._refused.add(key)

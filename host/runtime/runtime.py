@@ -10,7 +10,13 @@ Invariants:
   Runtime;
 - every call gets a fresh store and instance (:mod:`host.runtime.sandbox`). The only
   things calls share are the read-only engine, linker and compiled components, which
-  wasmtime allows to be used from many threads at once; no lock is held while wasm runs.
+  wasmtime allows to be used from many threads at once; no lock is held while wasm runs;
+- with the pooling allocator on (``HostConfig.pool_instances``, :mod:`host.runtime.engine`)
+  a second, on-demand engine (the *overflow lane*, with its own linker, clock and ticker)
+  is built the first time a call needs it: when every pool slot is taken, or for a
+  component too large for a slot. Its components are deserialized from the pooled
+  engine's compiled code (the same bytes; the allocation strategy does not change the
+  code). A full pool therefore never fails or delays a call.
 
 Example::
 
@@ -24,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import os
@@ -47,16 +54,29 @@ from host.runtime.cache import ArtifactCache
 from host.runtime.checks import CALL_EXPORT, check_component
 from host.runtime.clock import install_deadline_clock
 from host.runtime.engine import (
+    Compiler,
     EpochTicker,
+    PoolFull,
+    PoolSizes,
+    PoolSlots,
     build_engine,
+    build_pooled_engine,
     deadline_ticks,
     engine_config_hash,
+    pool_sizes,
     selected_compiler,
     wasmtime_version,
 )
 from host.runtime.imports import build_linker
-from host.runtime.models import CacheStats, ProgressEvent, ProgressStage, SandboxLimits, SandboxResult
-from host.runtime.sandbox import LoadedComponent, Preopen, execute, ready_pools
+from host.runtime.models import (
+    CacheStats,
+    ClockBridge,
+    ProgressEvent,
+    ProgressStage,
+    SandboxLimits,
+    SandboxResult,
+)
+from host.runtime.sandbox import TABLE_HEADROOM, LoadedComponent, Preopen, execute, ready_pools
 
 __all__ = ["Runtime"]
 
@@ -76,17 +96,18 @@ class Runtime:
     def __init__(self, config: HostConfig) -> None:
         self._config = config
         compiler = selected_compiler()
-        self._engine = build_engine(compiler)
+        self._compiler = compiler
+        self._engine, self._pool = build_pooled_engine(
+            compiler, pool_sizes(config.pool_instances, config.ceilings.memory_bytes)
+        )
+        self._slots = PoolSlots(self._pool.instances) if self._pool is not None else None
         self._linker = build_linker(self._engine)
         self._clock = install_deadline_clock(self._linker, self._engine)
-        self._cache = ArtifactCache(
-            config.artifact_dir,
-            config.artifact_key_file,
-            self._engine,
-            wasmtime_version=wasmtime_version(),
-            engine_config_hash=engine_config_hash(compiler=compiler),
-            max_bytes=config.artifact_cache_max_bytes if config.artifact_cache_dir is not None else None,
-        )
+        self._overflow: _Lane | None = None  # the on-demand engine, built when first needed
+        self._overflow_components: dict[str, LoadedComponent] = {}
+        self.overflow_calls = 0  # calls that ran on the overflow lane (tests, stats)
+        self._pooled: set[str] = set()  # components that fit a pool slot
+        self._cache = self._artifact_cache(self._engine)
         self._compiled: dict[str, LoadedComponent] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -95,12 +116,32 @@ class Runtime:
         self._in_flight: Counter[int] = Counter()  # deadline ticks of the calls running now
         self._ticker = EpochTicker(self._engine)
         self._ticker.start()
-        self._ready = ready_pools(self._engine, self._linker, self._clock, depth=config.ready_instances)
+        self._ready = ready_pools(
+            self._engine, self._linker, self._clock, depth=config.ready_instances, slots=self._slots
+        )
 
     @property
     def engine(self) -> wasmtime.Engine:
         """The runtime's engine (for tools that compile against the same configuration)."""
         return self._engine
+
+    def _artifact_cache(self, engine: wasmtime.Engine) -> ArtifactCache:
+        # Both lanes share one cache: their engines differ only in the allocation
+        # strategy, which compiled code does not depend on.
+        config = self._config
+        return ArtifactCache(
+            config.artifact_dir,
+            config.artifact_key_file,
+            engine,
+            wasmtime_version=wasmtime_version(),
+            engine_config_hash=engine_config_hash(compiler=self._compiler),
+            max_bytes=config.artifact_cache_max_bytes if config.artifact_cache_dir is not None else None,
+        )
+
+    @property
+    def pool(self) -> PoolSizes | None:
+        """The pooling allocator's sizes (``None``: instances are allocated on demand)."""
+        return self._pool
 
     def __enter__(self) -> Runtime:
         return self
@@ -126,12 +167,18 @@ class Runtime:
             self._closed = True
             pending = max(self._in_flight, default=0)
         self._ready.close()  # while the ticker runs: an instantiation in progress is bounded
+        with self._guard:
+            overflow = self._overflow
+        engines = [self._engine] if overflow is None else [self._engine, overflow.engine]
         self._ticker.stop()
+        if overflow is not None:
+            overflow.ticker.stop()
         # Expire every deadline still pending so no in-flight call waits for a tick that
         # will never come. Only as many ticks as the longest call in flight needs: with
         # none, nothing (stepping a 300 s ceiling's 30,000 ticks took ~0.09 s per close).
-        for _ in range(pending + 1 if pending else 0):
-            self._engine.increment_epoch()
+        for engine in engines:
+            for _ in range(pending + 1 if pending else 0):
+                engine.increment_epoch()
 
     def stats(self) -> CacheStats:
         """Counters of compilation and the artifact cache."""
@@ -247,29 +294,77 @@ class Runtime:
         with self._guard:  # the open check and the in-flight count move together (close)
             self._check_open()
             self._in_flight[ticks] += 1
+        call = functools.partial(
+            execute,
+            tool=tool,
+            input_json=input_json,
+            limits=limits,
+            egress=egress,
+            secret_available=secret_available,
+            scrub=scrub,
+            trap_text_bytes=self._config.ceilings.trap_text_bytes,
+            interrupt=interrupt,
+            request_body_ceiling=self._config.ceilings.max_request_bytes,
+            preopens=preopens,
+        )
         try:
-            return execute(
-                engine=self._engine,
-                linker=self._linker,
-                loaded=component,
-                tool=tool,
-                input_json=input_json,
-                limits=limits,
-                egress=egress,
-                secret_available=secret_available,
-                scrub=scrub,
-                trap_text_bytes=self._config.ceilings.trap_text_bytes,
-                interrupt=interrupt,
-                clock=self._clock,
-                request_body_ceiling=self._config.ceilings.max_request_bytes,
-                preopens=preopens,
-                pools=self._ready,
-            )
+            if self._slots is not None and component.sha256 in self._pooled:
+                try:
+                    return call(
+                        engine=self._engine, linker=self._linker, loaded=component, clock=self._clock,
+                        pools=self._ready, slots=self._slots,
+                    )  # fmt: skip
+                except PoolFull:
+                    pass  # nothing ran: the same call on the overflow lane
+            if self._slots is None:
+                return call(
+                    engine=self._engine, linker=self._linker, loaded=component, clock=self._clock,
+                    pools=self._ready,
+                )  # fmt: skip
+            lane, loaded = self._overflow_for(component)
+            with self._guard:
+                self.overflow_calls += 1
+            return call(engine=lane.engine, linker=lane.linker, loaded=loaded, clock=lane.clock)
         finally:
             with self._guard:
                 self._in_flight[ticks] -= 1
                 if not self._in_flight[ticks]:
                     del self._in_flight[ticks]
+
+    def _overflow_lane(self) -> _Lane:
+        """The overflow lane, built on first use."""
+        with self._key_lock(_OVERFLOW_KEY):
+            lane = self._overflow
+            if lane is None:
+                self._check_open()
+                lane = _Lane.build(self._compiler, self._artifact_cache)
+                with self._guard:
+                    closed = self._closed
+                    if not closed:
+                        self._overflow = lane
+                if closed:  # close() ran meanwhile and did not see this lane
+                    lane.ticker.stop()
+                    raise RuntimeError("the runtime is closed")
+            return lane
+
+    def _overflow_for(self, component: LoadedComponent) -> tuple[_Lane, LoadedComponent]:
+        """The overflow lane and ``component`` compiled for it."""
+        lane = self._overflow_lane()
+        with self._key_lock(_OVERFLOW_KEY):
+            loaded = self._overflow_components.get(component.sha256)
+            if loaded is None:
+                # The pooled engine's code, deserialized (never unverified bytes: it was
+                # compiled or HMAC-verified by this runtime).
+                moved = wc.Component.deserialize(lane.engine, component.component.serialize())
+                index = moved.get_export_index(CALL_EXPORT)
+                functype = moved.type.exports(lane.engine)[CALL_EXPORT].ty
+                if index is None or not isinstance(functype, wc.FuncType):  # the same component
+                    raise ComponentRefused("export `call` is not a function")
+                loaded = dataclasses.replace(
+                    component, component=moved, call_index=index, call_type=CallType(functype)
+                )
+                self._overflow_components[component.sha256] = loaded
+        return lane, (loaded if loaded.name == component.name else _renamed(loaded, component.name))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -311,30 +406,53 @@ class Runtime:
                 fresh = False
                 loaded = _renamed(known, name)
             else:
-                loaded, fresh = self._compile_checked(name, module, digest, counts, reporter)
+                fits = self._pool is None or self._pool.fits(
+                    counts.memories, counts.tables, counts.max_table_elements + TABLE_HEADROOM,
+                    counts.instances,
+                )  # fmt: skip
+                if fits:
+                    loaded, fresh = self._compile_checked(
+                        name, module, digest, counts, reporter, engine=self._engine, cache=self._cache
+                    )
+                else:  # wasmtime refuses to compile it for the pooled engine: the overflow lane's
+                    lane = self._overflow_lane()
+                    loaded, fresh = self._compile_checked(
+                        name, module, digest, counts, reporter, engine=lane.engine, cache=lane.cache
+                    )
+                    self._overflow_components[digest] = loaded
                 self._compiled[digest] = loaded
+                if self._pool is not None and fits:
+                    self._pooled.add(digest)
         if reporter:
             reporter.finished(name, "compiled" if fresh else "cached")
         return loaded
 
     def _compile_checked(
-        self, name: str, module: bytes, digest: str, counts: Census, reporter: _Reporter | None
+        self,
+        name: str,
+        module: bytes,
+        digest: str,
+        counts: Census,
+        reporter: _Reporter | None,
+        *,
+        engine: wasmtime.Engine,
+        cache: ArtifactCache,
     ) -> tuple[LoadedComponent, bool]:
         """Deserialize a verified artifact or compile; check; cache. -> (loaded, compiled)."""
-        component = self._cache.load(digest)
+        component = cache.load(digest)
         fresh = component is None
         if component is None:
             if reporter:
                 reporter.started(name)
-            component = self._cache.compile(module)
-        shape = check_component(component, self._engine)
+            component = cache.compile(module)
+        shape = check_component(component, engine)
         index = component.get_export_index(CALL_EXPORT)
-        functype = component.type.exports(self._engine)[CALL_EXPORT].ty
+        functype = component.type.exports(engine)[CALL_EXPORT].ty
         if index is None or not isinstance(functype, wc.FuncType):  # checked just above
             raise ComponentRefused("export `call` is not a function")
         loaded = LoadedComponent(name, digest, component, shape, counts, index, CallType(functype))
         if fresh:  # only components that passed the checks are written to the cache
-            self._cache.store(digest, component)
+            cache.store(digest, component)
         return loaded, fresh
 
     def _key_lock(self, digest: str) -> threading.Lock:
@@ -343,6 +461,29 @@ class Runtime:
             if lock is None:
                 lock = self._key_locks[digest] = threading.Lock()
             return lock
+
+
+_OVERFLOW_KEY = "overflow-lane"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Lane:
+    """An on-demand engine with its own linker, deadline clock and epoch ticker."""
+
+    engine: wasmtime.Engine
+    linker: wc.Linker
+    clock: ClockBridge
+    ticker: EpochTicker
+    cache: ArtifactCache
+
+    @classmethod
+    def build(cls, compiler: Compiler, cache: Callable[[wasmtime.Engine], ArtifactCache]) -> _Lane:
+        engine = build_engine(compiler)
+        linker = build_linker(engine)
+        clock = install_deadline_clock(linker, engine)
+        ticker = EpochTicker(engine)
+        ticker.start()
+        return cls(engine, linker, clock, ticker, cache(engine))
 
 
 def _renamed(loaded: LoadedComponent, name: str) -> LoadedComponent:

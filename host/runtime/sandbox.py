@@ -48,6 +48,7 @@ then a no-op and keeps the contract on wasmtime versions where it is not.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -72,7 +73,7 @@ from host.runtime._calltype import CallType
 from host.runtime.binary import Census
 from host.runtime.calllog import CallLog, mentions_oom
 from host.runtime.checks import CALL_EXPORT, ComponentShape
-from host.runtime.engine import deadline_ticks
+from host.runtime.engine import PoolFull, PoolSlots, deadline_ticks
 from host.runtime.imports import CallContext, activate, deactivate
 from host.runtime.interrupt import InterruptWatch
 from host.runtime.models import ClockBridge, LogLine, SandboxLimits, SandboxResult, SandboxUsage
@@ -92,6 +93,11 @@ _WASMTIME_MEMORY_ERRORS: Final = (
     "memory count too high",
     "allocation too large",
 )
+
+
+# wasmtime's pooling allocator, when every slot of a kind is taken ("maximum concurrent
+# limit of 64 for component instances reached"); raised before any guest code runs.
+_POOL_FULL: Final = re.compile(r"\Amaximum concurrent (?:\w+ )*limit of \d+ for [\w -]+ reached\Z")
 
 
 @final
@@ -167,6 +173,7 @@ def store_limits(census: Census, memory_bytes: int, *, extra_instances: int = 0)
 class _Outcome:
     value: Any = None
     failure: BaseException | None = None
+    instantiated: bool = False
 
 
 def execute(
@@ -186,6 +193,7 @@ def execute(
     request_body_ceiling: int = 8 << 20,
     preopens: Sequence[Preopen] = (),
     pools: ReadyPools | None = None,
+    slots: PoolSlots | None = None,
 ) -> SandboxResult:
     """Run ``call(tool, input_json)`` in a fresh store and instance.
 
@@ -207,6 +215,7 @@ def execute(
         preopens: read-only directories the guest may read (WASI guests only).
         pools: the runtime's ready instances (:mod:`host.runtime.ready`); a call with
             preopens never takes one.
+        slots: the admission tickets of a pooled ``engine`` (``None``: on demand).
 
     Raises:
         CallCancelled: ``interrupt`` was set while the guest ran.
@@ -216,6 +225,7 @@ def execute(
             returned (it may have slept in WASI until the clamped wake-up).
         InputInvalid: the guest returned ``invalid-input``.
         ToolFailed: the guest returned ``failed``.
+        PoolFull: ``engine``'s pooling allocator has no free slot; nothing ran.
 
     Returns:
         the guest's output, the call log and usage.
@@ -237,7 +247,7 @@ def execute(
         ready.sink.attach(log)
     else:
         wasi = _wasi_config(log, preopens) if loaded.shape.uses_wasi else None
-        store = new_store(engine, loaded, limits, clock, wasi)
+        store = new_store(engine, loaded, limits, clock, wasi, slots=slots)
         store.set_fuel(limits.fuel)
     watch = None
     if interrupt is None:
@@ -255,6 +265,8 @@ def execute(
     if ready is not None and pools is not None:
         pools.discard(store)  # dropped on the pool's thread, off this call's path
     del store, ready  # free the instance and its memories now, not when the caller drops an error
+    if not outcome.instantiated and _pool_full(outcome.failure):
+        raise PoolFull(str(outcome.failure).strip())
     usage = SandboxUsage(
         fuel_consumed=limits.fuel - fuel_left,
         wall_ms=(time.perf_counter() - started) * 1000.0,
@@ -290,10 +302,25 @@ def new_store(
     limits: SandboxLimits,
     clock: ClockBridge | None,
     wasi: wasmtime.WasiConfig | None,
+    *,
+    slots: PoolSlots | None = None,
 ) -> wasmtime.Store:
     """A fresh store for one instance of ``loaded`` under ``limits`` (fuel and deadline
-    are the caller's to set)."""
-    store = wasmtime.Store(engine)
+    are the caller's to set).
+
+    Raises:
+        PoolFull: ``slots`` has no free ticket (nothing was created).
+    """
+    if slots is not None:
+        slots.admit()
+        try:
+            store = wasmtime.Store(engine)
+        except BaseException:
+            slots.release()
+            raise
+        slots.bind(store)
+    else:
+        store = wasmtime.Store(engine)
     extra = clock.extra_instances if clock is not None and loaded.shape.uses_wasi else 0
     store.set_limits(**store_limits(loaded.census, limits.memory_bytes, extra_instances=extra))
     if wasi is not None:
@@ -302,7 +329,12 @@ def new_store(
 
 
 def ready_pools(
-    engine: wasmtime.Engine, linker: wc.Linker, clock: ClockBridge | None, *, depth: int
+    engine: wasmtime.Engine,
+    linker: wc.Linker,
+    clock: ClockBridge | None,
+    *,
+    depth: int,
+    slots: PoolSlots | None = None,
 ) -> ReadyPools:
     """The ready-instance pools of a runtime (:mod:`host.runtime.ready`) on this sandbox's
     own store set-up: the same limits and WASI context as an instance made for a call."""
@@ -310,7 +342,7 @@ def ready_pools(
     def make_store(component: object, limits: SandboxLimits, sink: LogSink) -> wasmtime.Store:
         assert isinstance(component, LoadedComponent)
         wasi = _wasi_config(sink, ()) if component.shape.uses_wasi else None
-        return new_store(engine, component, limits, clock, wasi)
+        return new_store(engine, component, limits, clock, wasi, slots=slots)
 
     def instantiate(store: wasmtime.Store, component: object) -> wc.Func:
         assert isinstance(component, LoadedComponent)
@@ -350,6 +382,7 @@ def _invoke(
     try:
         if ready is not None:
             func = ready.func
+            outcome.instantiated = True
         else:
             started = time.perf_counter()
             instance = linker.instantiate(store, loaded.component)
@@ -359,6 +392,7 @@ def _invoke(
             if found is None:  # checked at load; an instance always has it
                 raise wasmtime.WasmtimeError("the instance has no `call` export")
             func = found
+            outcome.instantiated = True
         outcome.value = loaded.call_type.bind(func)(store, *call_args)
         func.post_return(store)
     except Exception as exc:
@@ -368,6 +402,11 @@ def _invoke(
     finally:
         deactivate(previous)
     return outcome
+
+
+def _pool_full(failure: BaseException | None) -> bool:
+    """Whether instantiation failed only because the allocator's pool is full (not a trap)."""
+    return isinstance(failure, wasmtime.WasmtimeError) and _POOL_FULL.match(str(failure).strip()) is not None
 
 
 GUEST_OUT_OF_MEMORY = "out of memory (MemoryError)"

@@ -1,8 +1,10 @@
-"""Ready instances on and off: plugin echo latency and CPU per call, interleaved in one run.
+"""Ready instances and the pooling allocator on and off: plugin echo latency and CPU per
+call, interleaved in one run.
 
-Two runtimes on the same compiled artifacts: ``ready_instances=0`` (every call
-instantiates its own instance) and the default (instances made ahead by the pool's
-thread). Rounds alternate between them so load drifts hit both alike. Latency is the
+Three runtimes on the same compiled artifacts: ``ready_instances=0, pool_instances=0``
+(the baseline: every call instantiates its own instance, allocated on demand),
+``ready_instances=0`` with the pooling allocator (the default ``pool_instances``), and
+both on (the defaults: instances made ahead by the pool's thread, in allocator slots). Rounds alternate between them so load drifts hit both alike. Latency is the
 caller's wall time (median); CPU is the process's CPU time per call, the pool's thread
 included (what the pool costs). Targets: Python ≤ 0.3×, JavaScript ≤ 0.7× of "off".
 
@@ -52,19 +54,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        configs = {"off": (0, 0), "pool": (0, 64), "on": (2, 64)}  # (ready_instances, pool_instances)
         runtimes = {
-            depth: Runtime(HostConfig(state_dir=Path(tmp) / str(depth), artifact_cache_dir=SHARED_ARTIFACTS_DIR,
-                                      ready_instances=depth))
-            for depth in (0, 2)
+            key: Runtime(HostConfig(state_dir=Path(tmp) / key, artifact_cache_dir=SHARED_ARTIFACTS_DIR,
+                                    ready_instances=depth, pool_instances=slots))
+            for key, (depth, slots) in configs.items()
         }  # fmt: skip
         try:
-            print(f"{'plugin':36} {'ready':>5} {'median µs':>10} {'CPU µs/call':>12} {'ratio':>6} {'target':>7}")
+            print(f"{'plugin':36} {'ready, pool':>11} {'median µs':>10} {'CPU µs/call':>12} {'ratio':>6} {'target':>7}")
             for label, name, tool, target in PLUGINS:
                 build = build_test_plugin(name)
                 module = build.module_path.read_bytes()
                 loaded = {d: rt.load(module, sha256=build.module_sha256, name=name) for d, rt in runtimes.items()}
-                walls: dict[int, list[float]] = {0: [], 2: []}
-                cpus: dict[int, list[float]] = {0: [], 2: []}
+                walls: dict[str, list[float]] = {key: [] for key in runtimes}
+                cpus: dict[str, list[float]] = {key: [] for key in runtimes}
                 for d, rt in runtimes.items():  # warm-up: the pooled key is learned on the first call
                     _round(rt, loaded[d], tool, 20)
                 for _ in range(args.rounds):
@@ -74,9 +77,12 @@ def main() -> None:
                         cpus[d].append(c)
                 med = {d: statistics.median(w) * 1e6 for d, w in walls.items()}
                 cpu = {d: statistics.median(c) * 1e6 for d, c in cpus.items()}
-                ratio = med[2] / med[0]
-                print(f"{label:36} {'off':>5} {med[0]:10.0f} {cpu[0]:12.0f} {'1.00':>6} {'':>7}")
-                print(f"{'':36} {'on':>5} {med[2]:10.0f} {cpu[2]:12.0f} {ratio:6.2f} {'≤ ' + str(target):>7}")
+                names = {"off": "off, off", "pool": "off, on", "on": "on, on"}
+                for key in runtimes:
+                    ratio = med[key] / med["off"]
+                    goal = f"≤ {target}" if key == "on" else ""
+                    first = label if key == "off" else ""
+                    print(f"{first:36} {names[key]:>11} {med[key]:10.0f} {cpu[key]:12.0f} {ratio:6.2f} {goal:>7}")
         finally:
             for rt in runtimes.values():
                 rt.close()

@@ -76,6 +76,16 @@ def test_wasi_clock_sleep_within_deadline_still_sleeps(rt: Runtime) -> None:
     assert time.monotonic() - started >= 0.05
 
 
+def test_wasi_clock_instant_within_deadline_still_sleeps_until_it(rt: Runtime) -> None:
+    # The guest's ``now`` is wasmtime's own clock (its origin is not the host's): an
+    # instant read off it must still mean "now + 0.2 s", neither at once nor later.
+    started = time.monotonic()
+    result = wat.run_module(rt, wat.wasi_wait_component("instant", seconds=0.2), limits=LIMITS)
+    elapsed = time.monotonic() - started
+    assert result.output == "woke"
+    assert 0.2 <= elapsed < 0.2 + DEADLINE_MS / 1000
+
+
 @pytest.mark.parametrize("kind", ["stdin-read", "stdin-block", "stdout-block"])
 def test_wasi_stream_wait_returns_at_once(rt: Runtime, kind: str) -> None:
     # stdin is empty and closed, stdout is a host callback: neither can hold the guest.

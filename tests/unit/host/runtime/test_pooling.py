@@ -1,0 +1,148 @@
+"""The pooling allocator (host.runtime.engine): reused slots are clean, a full pool never
+fails a call, and the allocator falls back to on-demand allocation when it cannot be had."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from wasmtime import _bindings
+
+from host.config import HostConfig
+from host.egress.port import DenyAllEgress
+from host.errors import CallCancelled
+from host.runtime import LoadedComponent, Runtime, SandboxLimits
+from host.runtime import engine as engine_module
+from tests.support import wat
+
+LIMITS = SandboxLimits(fuel=50_000_000, memory_bytes=8 << 20, timeout_ms=5_000, max_log_bytes=4096)
+_MARK = 7777
+
+
+def _runtime(tmp_path: Path, slots: int) -> Runtime:
+    return Runtime(HostConfig(state_dir=tmp_path / "state", pool_instances=slots, ready_instances=0))
+
+
+def _load(rt: Runtime, module: bytes) -> LoadedComponent:
+    return rt.load(module, sha256=wat.sha256(module), name="wat")
+
+
+def _run(rt: Runtime, loaded: LoadedComponent, **kwargs: object) -> str:
+    return rt.run(
+        loaded, tool="t", input_json="{}", limits=LIMITS, egress=DenyAllEgress(),
+        secret_available=lambda _name: False, **kwargs,  # type: ignore[arg-type]
+    ).output  # fmt: skip
+
+
+def _snooping_guest() -> bytes:
+    """Reports what a previous tenant of its slot left, then leaves markers itself.
+
+    Reads a word in the part of memory wasmtime zeroes in place (under 1 MiB), one in the
+    part it decommits (1.5 MiB), and the memory's size in pages; then writes a marker at
+    both places, grows the memory by 16 pages and writes a marker in the grown part.
+    """
+    return wat.guest(
+        f"""
+        (call $emit_u32 (i32.load (i32.const 200000)))
+        (call $emit {{S:sep}})
+        (call $emit_u32 (i32.load (i32.const 1600000)))
+        (call $emit {{S:sep}})
+        (call $emit_u32 (memory.size))
+        (i32.store (i32.const 200000) (i32.const {_MARK}))
+        (i32.store (i32.const 1600000) (i32.const {_MARK}))
+        (drop (memory.grow (i32.const 16)))
+        (i32.store (i32.const 2200000) (i32.const {_MARK}))
+        (call $done)""",
+        strings={"sep": ","},
+        pages=32,
+    )
+
+
+def test_reused_pool_slot_never_shows_the_previous_calls_memory(tmp_path: Path) -> None:
+    # One slot: every call necessarily gets the memory slot the previous call wrote into.
+    with _runtime(tmp_path, slots=1) as rt:
+        assert rt.pool is not None and rt.pool.instances == 1
+        loaded = _load(rt, _snooping_guest())
+        outputs = {_run(rt, loaded) for _ in range(50)}
+        assert outputs == {"0,0,32"}
+        assert rt.overflow_calls == 0  # every call ran in the pool's one slot
+
+
+def test_full_pool_runs_the_call_on_demand_instead_of_failing(tmp_path: Path) -> None:
+    with _runtime(tmp_path, slots=1) as rt:
+        echo = _load(rt, wat.echo_component())
+        spin = _load(rt, wat.loop_component())
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def hold_the_slot() -> None:
+            try:
+                rt.run(
+                    spin, tool="t", input_json="{}", egress=DenyAllEgress(), interrupt=stop,
+                    limits=SandboxLimits(fuel=20_000_000_000, memory_bytes=8 << 20, timeout_ms=20_000, max_log_bytes=64),
+                    secret_available=lambda _name: False,
+                )  # fmt: skip
+            except BaseException as exc:  # the test inspects it
+                failures.append(exc)
+
+        holder = threading.Thread(target=hold_the_slot)
+        holder.start()
+        try:
+            deadline = time.monotonic() + 10
+            while rt._slots is None or rt._slots.in_use < 1:
+                assert not failures, failures
+                assert time.monotonic() < deadline, "the spinning call never took the slot"
+                time.sleep(0.002)
+            assert _run(rt, echo) == "{}"  # the pool is full: ran on the on-demand engine
+            assert rt.overflow_calls == 1
+        finally:
+            stop.set()
+            holder.join()
+        assert len(failures) == 1 and isinstance(failures[0], CallCancelled)
+        assert _run(rt, echo) == "{}"  # the cancelled call's slot came back
+        assert rt.overflow_calls == 1
+        assert rt._slots is not None and rt._slots.in_use == 0
+
+
+def test_component_larger_than_a_slot_runs_on_demand_under_its_limits(tmp_path: Path) -> None:
+    # Two memories do not fit a slot (one memory each); the on-demand engine still holds
+    # the aggregate memory limit.
+    with _runtime(tmp_path, slots=4) as rt:
+        bomb = _load(rt, wat.aggregate_memory_bomb_component())
+        total = int(_run(rt, bomb)) * 65536
+        assert 4 << 20 < total <= LIMITS.memory_bytes  # both grew, their sum within the limit
+        assert rt.overflow_calls == 1
+
+
+def test_pool_instances_zero_allocates_on_demand(tmp_path: Path) -> None:
+    with _runtime(tmp_path, slots=0) as rt:
+        assert rt.pool is None
+        assert _run(rt, _load(rt, wat.echo_component())) == "{}"
+        assert rt.overflow_calls == 0
+
+
+@pytest.mark.parametrize("slots", [-1, 1025, True, 2.0])
+def test_pool_instances_setting_is_validated(tmp_path: Path, slots: object) -> None:
+    with pytest.raises(ValueError, match="pool_instances"):
+        HostConfig(state_dir=tmp_path, pool_instances=slots)  # type: ignore[arg-type]
+
+
+def test_unrecognized_pooling_bindings_fall_back_to_on_demand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wasmtime whose setter takes another type is not configured through it.
+    monkeypatch.setattr(_bindings, "_wasmtime_pooling_allocation_config_max_memory_size_set", len)
+    assert "max_memory_size" in (engine_module.pooling_unavailable() or "")
+    with _runtime(tmp_path, slots=8) as rt:
+        assert rt.pool is None
+        assert _run(rt, _load(rt, wat.echo_component())) == "{}"
+
+
+def test_memory_ceiling_above_the_reservation_falls_back(tmp_path: Path) -> None:
+    # wasmtime would abort the process on this configuration; it must never reach it.
+    pool = engine_module.pool_sizes(8, 8 << 30)
+    assert pool is not None
+    _engine, used = engine_module.build_pooled_engine("cranelift", pool)
+    assert used is None
