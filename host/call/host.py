@@ -77,9 +77,9 @@ from host.call.stage import (
 )
 from host.canonical import parse_json
 from host.config import HostConfig
+from host.egress.oauth import OAuthBroker, OAuthStage, TokenEndpoint
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
-from host.egress.oauth import OAuthBroker, OAuthStage, TokenEndpoint
 from host.egress.transport import TransportFactory
 from host.errors import (
     ApprovalRequired,
