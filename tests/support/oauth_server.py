@@ -172,10 +172,12 @@ class _Code(dict[str, Any]):
     def get_scope(self) -> str:
         return str(self.get("scope", ""))
 
-    def get_code_challenge(self) -> str | None:
+    @property
+    def code_challenge(self) -> str | None:
         return self.get("code_challenge")
 
-    def get_code_challenge_method(self) -> str | None:
+    @property
+    def code_challenge_method(self) -> str | None:
         return self.get("code_challenge_method")
 
 
@@ -271,7 +273,7 @@ class OAuthServer:
 
         self.server.register_endpoint(Devices)
         self.http = LoopbackServer(
-            tls=ca.server_context([AUTH_HOST, "api.example"]),
+            tls=ca.server_context([AUTH_HOST, "api.example", "127.0.0.1"]),
             routes={"/token": self._token, "/authorize": self._authorize, "/device": self._device,
                     "/device/verify": self._verify, "/v1/me": self._me},
         )  # fmt: skip
@@ -327,7 +329,9 @@ class OAuthServer:
         self._send(ex, self.server.create_token_response(request))
 
     def _authorize(self, ex: Exchange) -> None:
-        self._send(ex, self.server.create_authorization_response(self._request(ex), grant_user="alice"))
+        request = self._request(ex)
+        grant = self.server.get_consent_grant(request=request, end_user="alice")  # consent is automatic
+        self._send(ex, self.server.create_authorization_response(request, grant_user="alice", grant=grant))
 
     def _device(self, ex: Exchange) -> None:
         self._send(ex, self.server.create_endpoint_response("device_authorization", self._request(ex)))

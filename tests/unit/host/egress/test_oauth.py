@@ -11,6 +11,7 @@ import base64
 import gzip
 import json
 import secrets as _random
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -19,15 +20,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import httpx2
 import pytest
 
-from host.egress.oauth import OAuthBroker, OAuthStage, TokenEndpoint, TokenState, token_policy
+from host.egress.oauth import ClientSecret, OAuthBroker, OAuthStage, TokenEndpoint, TokenState, token_policy
 from host.egress.policy import EgressPolicy
 from host.egress.session import EgressSession
 from host.errors import CredentialUnavailable
 from host.formats.manifest import HttpConfig
 from host.secrets import MasterKey, SecretsStore
+from sdk.oauthlogin import LoginFailed, LoginSpec, login_with_device, login_with_pkce
 from tests.support.egress_session import FakeResolver, allow, get, http_config
 from tests.support.oauth_server import AUTH_HOST, OAuthServer
 from tests.support.tls import CertAuthority
@@ -342,3 +346,78 @@ def test_guest_cannot_reach_the_token_host_through_token_hosts(store, auth, reso
         answer = s.send(get(auth.url("/token")))
     assert getattr(answer, "kind", None) == "denied"
     assert [r for r in auth.http.requests if r.path == "/token"] == []
+
+
+# --- getting the first token: stockade secrets oauth-login ----------------------------------
+
+
+def _browser(ca: CertAuthority, port: int) -> Any:
+    """A 'browser': an HTTP client that follows the authorization URL and its redirect."""
+    context = ssl.create_default_context(cafile=str(ca.ca_file))
+
+    def open_url(url: str) -> None:
+        direct = url.replace(f"https://{AUTH_HOST}:{port}", f"https://127.0.0.1:{port}")
+        with httpx2.Client(verify=context) as client:
+            answer = client.get(direct)
+            assert answer.status_code == 302, answer.text
+            back = httpx2.get(answer.headers["location"])  # the loopback redirect (RFC 8252)
+            assert back.status_code == 200
+
+    return open_url
+
+
+def _spec(auth: OAuthServer) -> Any:
+    return LoginSpec(token_url=auth.url("/token"), scopes=("read",), authorize_url=auth.url("/authorize"),
+                     device_url=auth.url("/device"))  # fmt: skip
+
+
+def _client() -> Any:
+    return ClientSecret(client_id=CLIENT_ID, client_secret=CLIENT_SECRET)
+
+
+def test_oauth_login_pkce_flow_with_loopback_redirect(store, auth, resolver, ca) -> None:
+    endpoint = TokenEndpoint(resolver=resolver, ca_file=ca.ca_file, allow_loopback=True)
+    state = login_with_pkce(_spec(auth), _client(), endpoint=endpoint, open_url=_browser(ca, auth.http.port),
+                            timeout_s=10)  # fmt: skip
+    assert auth.token_requests["authorization_code"] == 1
+    assert state.access_token in auth.by_access and state.refresh_token in auth.by_refresh
+    authorize = next(r for r in auth.http.requests if r.path == "/authorize")
+    assert "code_challenge_method=S256" in authorize.query and "state=" in authorize.query
+    exchange = next(r for r in auth.http.requests if r.path == "/token")
+    assert b"code_verifier=" in exchange.body  # PKCE: the verifier proves the same client
+    store.set(P, S, "api_token", state.to_secret())
+    oauth = stage(broker(store, resolver, ca, Audit()), store, http(auth))  # the host uses it as is
+    assert oauth.staged["api_token"].reveal() == state.access_token and oauth.refreshed == []
+
+
+def test_oauth_login_redirect_with_another_state_is_refused(store, auth, resolver, ca) -> None:
+    """A forged redirect (CSRF: another state) never reaches the token endpoint."""
+    def forged(url: str) -> None:
+        redirect = parse_qs(urlsplit(url).query)["redirect_uri"][0]
+        httpx2.get(f"{redirect}?code=stolen-code-123&state=not-the-state")
+
+    endpoint = TokenEndpoint(resolver=resolver, ca_file=ca.ca_file, allow_loopback=True)
+    with pytest.raises(LoginFailed, match="mismatching_state"):
+        login_with_pkce(_spec(auth), _client(), endpoint=endpoint, open_url=forged, timeout_s=10)
+    assert auth.token_requests == {}
+
+
+def test_oauth_login_device_flow(store, auth, resolver, ca) -> None:
+    shown: list[tuple[str, str]] = []
+    polls: list[float] = []
+
+    def approve_on_second_poll(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 1:  # the user approves while the device polls (authorization_pending first)
+            url = shown[0][0].replace(f"https://{AUTH_HOST}:", "https://127.0.0.1:")
+            assert httpx2.get(url, verify=ssl_context(ca)).status_code == 200
+
+    endpoint = TokenEndpoint(resolver=resolver, ca_file=ca.ca_file, allow_loopback=True)
+    state = login_with_device(_spec(auth), _client(), endpoint=endpoint,
+                              show=lambda url, code: shown.append((url, code)), sleep=approve_on_second_poll)  # fmt: skip
+    assert auth.token_requests["urn:ietf:params:oauth:grant-type:device_code"] == 2  # pending, then granted
+    assert state.access_token in auth.by_access and shown[0][1] in shown[0][0]
+
+
+def ssl_context(ca: CertAuthority) -> Any:
+    return ssl.create_default_context(cafile=str(ca.ca_file))
