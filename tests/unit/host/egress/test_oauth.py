@@ -205,6 +205,19 @@ def test_401_after_refresh_is_returned_not_retried_again(store, auth, resolver, 
     assert len([r for r in auth.http.requests if r.path == "/v1/me"]) == 2
 
 
+def test_401_with_a_revoked_grant_is_credential_unavailable_to_the_guest(store, auth, resolver, ca) -> None:
+    pair = login(store, auth)
+    auth.by_access.pop(pair["access_token"])
+    auth.by_refresh[pair["refresh_token"]].revoked = True
+    config, audit = http(auth), Audit()
+    oauth = stage(broker(store, resolver, ca, audit), store, config)
+    with session(config, oauth, resolver, ca) as s:
+        answer = s.send(get(f"https://api.example:{auth.http.port}/v1/me"))
+    assert (getattr(answer, "kind", None), getattr(answer, "detail", None)) == ("credential-unavailable", "api_token")
+    assert audit.records[-1][1]["reason"] == "oauth_refresh_failed"
+    assert len([r for r in auth.http.requests if r.path == "/v1/me"]) == 1  # nothing sent without a token
+
+
 # --- fail closed -------------------------------------------------------------------------------
 
 
