@@ -366,6 +366,21 @@ class OAuthBroker:
         self._flights: dict[tuple[str, str, str], threading.Lock] = {}
         self.refreshes = 0  # token requests sent by this broker (for tests and metrics)
 
+    def peek(self, raw: SecretValue | None) -> Obtained | None:
+        """The access token of an already staged state if it is fresh; ``None`` means
+        :meth:`obtain` must decide (under the locks). Spares the common case the locks and a
+        second read of the store."""
+        if raw is None:
+            return None
+        try:
+            state = TokenState.from_secret(raw)
+        except ValueError:
+            return None
+        if not state.fresh(self._clock(), self._skew_s) or state.access_token is None:
+            return None
+        values = tuple(state.secret_values())
+        return Obtained(SecretValue(state.access_token), False, state.expires_at, values)
+
     def obtain(
         self,
         project: str,
@@ -531,7 +546,10 @@ class OAuthStage:
         self._lock = threading.Lock()
         self.refreshed: list[str] = []
         self.renewed = False  # whether reauth refreshed a token during the call
-        self.values: list[str] = [v.reveal() for v in staged.values()]
+        oauth_names = {m.secret for m in mappings if m.oauth is not None}
+        # A raw state is never injected and its tokens are redacted one by one: redacting the
+        # whole JSON document too would only cost (a long value has many forms: ~10 ms).
+        self.values: list[str] = [v.reveal() for k, v in staged.items() if k not in oauth_names]
         out = dict(staged)
         for mapping in mappings:
             if mapping.oauth is None or mapping.secret in self._oauth:
@@ -539,7 +557,9 @@ class OAuthStage:
             self._oauth[mapping.secret] = mapping.oauth
             out.pop(mapping.secret, None)  # never the raw state: only an access token is injected
             try:
-                got = broker.obtain(project, subject, mapping.secret, mapping.oauth, policy)
+                got = broker.peek(staged.get(mapping.secret)) or broker.obtain(
+                    project, subject, mapping.secret, mapping.oauth, policy
+                )
             except CredentialUnavailable:
                 if mapping.optional:
                     continue
