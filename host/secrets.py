@@ -65,6 +65,7 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
+import hashlib
 import hmac
 import os
 import re
@@ -420,6 +421,32 @@ class SecretsStore:
             if entry.scope == scope and entry.principal == principal and entry.name in wanted:
                 staged[entry.name] = SecretValue(self._open(entry))
         return staged
+
+    @contextlib.contextmanager
+    def exclusive(self, scope: str, principal: str, name: str) -> Iterator[None]:
+        """Hold one secret exclusively, across threads and processes, for a read-modify-write.
+
+        The OAuth refresh uses it so that one refresh token is spent once: whoever holds it
+        re-reads the secret, refreshes only if it is still stale, and writes back with
+        :meth:`set` before releasing. Other secrets stay readable and writable meanwhile
+        (the lock is ``<file>.<sha256 of scope, principal, name>.lock``, an ``flock``).
+
+        Raises:
+            ValueError: a bad scope, principal or name.
+            SecretsUnavailable: the lock file cannot be created or locked.
+        """
+        key = (_check_ident(scope, "scope"), _check_ident(principal, "principal"), _check_name(name))
+        digest = hashlib.sha256(_aad(*key)).hexdigest()[:32]
+        path = self._path.with_name(f"{self._path.name}.{digest}.lock")
+        try:
+            self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = open_lock(path, nofollow=True)
+        except OSError as exc:
+            raise SecretsUnavailable(f"cannot lock secret {name!r} in {self._path}") from exc
+        try:
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
 
     # -- internals -------------------------------------------------------------------------
 

@@ -90,6 +90,11 @@ def manifest_changes(package: str, old: PackageManifest | None, new: PackageMani
     old_http = old.http if old is not None else None
     yield from _allow_changes(package, old_http.allow if old_http else (), new.http.allow)
     yield from _credential_changes(package, old_http.credentials if old_http else (), new.http.credentials)
+    for host in new.http.token_hosts:
+        if old_http is None or host not in old_http.token_hosts:
+            yield Change(
+                "http.token_host", package, f"the host may now POST token requests to {host}", True, new=host
+            )
     yield from _workspace_changes(package, _workspace_read(old), _workspace_read(new))
     if old is not None:
         yield from _limit_changes(
@@ -481,6 +486,8 @@ def _credential_widenings(
             new=mapping.location.model_dump(),
         )
 
+    yield from _oauth_changes(package, mapping, same)
+
     # Judge (host, path) pairs, not hosts and paths apart: old {h1: /a} and {h2: /b} do
     # not cover h2 under /a.
     def covered(host: str, path: str) -> bool:
@@ -511,6 +518,53 @@ def _credential_widenings(
             True,
             new=new_paths,
         )
+
+
+def _oauth_changes(
+    package: str, mapping: CredentialMapping, same: Sequence[CredentialMapping]
+) -> Iterator[Change]:
+    """An OAuth declaration that is new, or asks a new token URL, a new scope or another
+    grant, escalates: the host will spend the stored refresh token somewhere new or for
+    more than a person approved."""
+    new = mapping.oauth
+    if new is None:
+        return
+    olds = [o.oauth for o in same if o.oauth is not None]
+    if not olds:
+        yield Change(
+            "credential.oauth", package,
+            f"secret {mapping.secret} is now an OAuth {new.grant} credential refreshed at {new.token_url}",
+            True, new=new.model_dump(),
+        )  # fmt: skip
+        return
+    if all(o.token_url != new.token_url for o in olds):
+        yield Change(
+            "credential.oauth_token_url", package,
+            f"secret {mapping.secret} now refreshed at {new.token_url} "
+            f"(was {', '.join(o.token_url for o in olds)})",
+            True, old=[o.token_url for o in olds], new=new.token_url,
+        )  # fmt: skip
+    known = {scope for o in olds for scope in o.scopes}
+    wider = [scope for scope in new.scopes if scope not in known]
+    if wider:
+        yield Change(
+            "credential.oauth_scopes", package,
+            f"secret {mapping.secret} now asks for scope(s) {', '.join(wider)}",
+            True, old=sorted(known), new=list(new.scopes),
+        )  # fmt: skip
+    if all(o.grant != new.grant for o in olds):
+        yield Change(
+            "credential.oauth_grant", package,
+            f"secret {mapping.secret} now obtained by grant {new.grant} "
+            f"(was {', '.join(o.grant for o in olds)})",
+            True, old=[o.grant for o in olds], new=new.grant,
+        )  # fmt: skip
+    if all(o.client != new.client for o in olds):
+        yield Change(
+            "credential.oauth_client", package,
+            f"secret {mapping.secret} now authenticated with client secret {new.client}",
+            True, old=[o.client for o in olds], new=new.client,
+        )  # fmt: skip
 
 
 def _credential_changes(

@@ -466,9 +466,11 @@ def _http_report(manifest: PackageManifest) -> dict[str, Any]:
                 "hosts": list(mapping.hosts),
                 "path_prefixes": list(mapping.path_prefixes),
                 "optional": mapping.optional,
+                "oauth": mapping.oauth.model_dump() if mapping.oauth else None,
             }
             for mapping in http.credentials
         ],
+        "token_hosts": list(http.token_hosts),
         "max_request_bytes": http.max_request_bytes,
         "max_response_bytes": http.max_response_bytes,
         "timeout_ms": http.timeout_ms,

@@ -72,10 +72,12 @@ from host.call.stage import (
     limits_for,
     redactor_for,
     stage_host_tool_secrets,
+    stage_oauth,
     stage_package_secrets,
 )
 from host.canonical import parse_json
 from host.config import HostConfig
+from host.egress.oauth import OAuthBroker, OAuthStage, TokenEndpoint
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
 from host.egress.transport import TransportFactory
@@ -164,6 +166,13 @@ class Host:
         self._approvals = store.approvals
         self._owns_store = owns_store
         self._transport_factory = transport_factory
+        # One broker per host: its single-flight locks are shared by every call.
+        self._oauth = None if secrets is None else OAuthBroker(
+            secrets,
+            endpoint=TokenEndpoint(resolver=resolver, transport_factory=transport_factory,
+                                   ca_file=config.extra_ca_file, allow_loopback=config.unsafe_allow_loopback),
+            audit=self._audit.append,
+        )  # fmt: skip
         self._closed = threading.Event()
         # Records a refusal or failure, then returns it (host.call.records.refuse).
         self._refused = functools.partial(refuse, self._audit, debug_guest_errors=config.debug_guest_errors)
@@ -625,7 +634,7 @@ class Host:
         call = _Admitted(plan, self.registry.get(plan.tool, plan.version), time.monotonic())
         try:
             self._consume_rate(call)  # step 7
-            call.staged, call.redactor = self._stage_secrets(plan, call.tool)  # step 8
+            call.staged, call.redactor = self._stage_secrets(plan, call.tool, call)  # step 8
             if text(call.tool.effect) != "read":  # step 9
                 # Durable before the guest starts, whatever the audit durability mode.
                 self._audit.append("call.intent", call_record(plan, call.tool, call.redactor), durable=True)
@@ -634,6 +643,7 @@ class Host:
         with self._egress(call) as egress:
             try:  # step 10
                 result = self._run_stage(call, egress, cancel, report or _no_progress)
+                _credentials_outcome(call, egress)
                 output = self._output(call.tool, result.output, call.redactor)
             except StockadeError as failure:
                 return self._failed(call, failure, egress)
@@ -720,6 +730,7 @@ class Host:
 
     def _failed(self, call: _Admitted, failure: StockadeError, egress: EgressPort) -> CallResult:
         """The outcome of a call that failed after its plan was admitted (recorded)."""
+        _credentials_outcome(call, egress)
         return self._refused(
             call.plan.request,
             egress_cause(failure, egress),
@@ -757,7 +768,7 @@ class Host:
 
     @observe.staged("stockade.secrets")
     def _stage_secrets(
-        self, plan: InvocationPlan, tool: ToolDefinition
+        self, plan: InvocationPlan, tool: ToolDefinition, call: _Admitted
     ) -> tuple[Mapping[str, SecretValue], Redactor]:
         """The secrets a call stages and the redactor of everything it returns and records."""
         if (source := self._mcp.get(tool.binding.package)) is not None:
@@ -768,6 +779,9 @@ class Host:
             staged = stage_host_tool_secrets(self._secrets, plan, self._host_tools.secret_names(plan, tool))
             return staged, (Redactor(v.reveal() for v in staged.values()) if staged else NO_REDACTION)
         staged = stage_package_secrets(self._secrets, plan, tool)
+        call.oauth = stage_oauth(self._oauth, plan, tool, staged)
+        if call.oauth is not None:
+            return call.oauth.staged, call.oauth.redactor()
         return staged, (redactor_for(tool, staged) if staged else NO_REDACTION)
 
     @contextmanager
@@ -782,6 +796,7 @@ class Host:
         with egress_session(
             call.tool, package.egress_policy, call.staged, call.redactor, deadline=deadline,
             resolver=self._resolver, transport_factory=self._transport_factory, config=self.config,
+            oauth=call.oauth,
         ) as session:  # fmt: skip
             yield session
 
@@ -879,6 +894,21 @@ class _Admitted:
     staged: Mapping[str, SecretValue] = field(default_factory=dict)
     redactor: Redactor = NO_REDACTION
     outcome: Mapping[str, Any] | None = None  # a host tool's (or preopens') audit outcome fields
+    oauth: OAuthStage | None = None  # the call's OAuth credentials (host.egress.oauth)
+
+
+def _credentials_outcome(call: _Admitted, egress: EgressPort) -> None:
+    """Record which mappings' secrets were injected and which OAuth tokens were refreshed;
+    a refresh during the call (a 401) also widens the call's redactor to the new token."""
+    injected: set[str] = getattr(egress, "injected", set())
+    if not injected and call.oauth is None:
+        return
+    record: dict[str, Any] = {"injected": sorted(injected)}
+    if call.oauth is not None:
+        record["refreshed"] = sorted(set(call.oauth.refreshed))
+        if call.oauth.renewed:
+            call.redactor = call.oauth.redactor()
+    call.outcome = {**(call.outcome or {}), "credentials": record}
 
 
 def _open_state_dir(state_dir: Path) -> None:

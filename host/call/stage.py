@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from host.config import HostConfig
+from host.egress.oauth import OAuthBroker, OAuthStage, token_policy
 from host.egress.policy import EgressPolicy, Resolver
 from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.egress.session import EgressSession
@@ -43,6 +44,10 @@ def stage_package_secrets(
 ) -> dict[str, SecretValue]:
     """Stage every secret the tool's package maps to a credential, for this principal.
 
+    An OAuth mapping's secret holds token state, not a value to inject: it is staged raw
+    here (absent is fine: :class:`~host.egress.oauth.OAuthStage` decides) and replaced by
+    the access token in :func:`stage_oauth`.
+
     Raises:
         CredentialUnavailable: a non-optional secret is not stored (or no store is open).
     """
@@ -53,6 +58,8 @@ def stage_package_secrets(
     names = sorted({c.secret for c in http.credentials})
     staged = secrets.stage(principal.project, principal.subject, names) if secrets else {}
     for mapping in http.credentials:
+        if mapping.oauth is not None and secrets is not None:
+            continue
         if not mapping.optional and mapping.secret not in staged:
             raise CredentialUnavailable(
                 f"secret {mapping.secret!r} is required by package {tool.binding.package!r} "
@@ -63,6 +70,34 @@ def stage_package_secrets(
                 subject=principal.subject,
             )
     return staged
+
+
+def stage_oauth(
+    broker: OAuthBroker | None, plan: InvocationPlan, tool: ToolDefinition, staged: Mapping[str, SecretValue]
+) -> OAuthStage | None:
+    """Obtain the current access token of each OAuth mapping (refreshing stale ones).
+
+    Returns:
+        ``None`` when the package declares no OAuth mapping (or no store is open).
+
+    Raises:
+        CredentialUnavailable: a required OAuth credential cannot be obtained
+            (``reason``: ``oauth_expired``, ``oauth_refresh_failed``, ``oauth_unreachable``).
+        SecretsUnavailable: the store fails.
+    """
+    http = tool.package.http
+    if broker is None or http is None or not any(c.oauth is not None for c in http.credentials):
+        return None
+    principal = plan.request.principal
+    return OAuthStage(
+        broker,
+        project=principal.project,
+        subject=principal.subject,
+        mappings=http.credentials,
+        policy=token_policy(http.allow, http.token_hosts),
+        staged=staged,
+        usernames=[c.location.username for c in http.credentials if c.location.type == "basic"],
+    )
 
 
 def stage_host_tool_secrets(
@@ -119,6 +154,7 @@ def egress_session(
     resolver: Resolver,
     transport_factory: TransportFactory | None,
     config: HostConfig,
+    oauth: OAuthStage | None = None,
 ) -> EgressSession:
     """The egress session of one call of a package with an allowlist (the caller closes it).
 
@@ -141,6 +177,8 @@ def egress_session(
         ca_file=config.extra_ca_file,
         allow_loopback=config.unsafe_allow_loopback,
         redactor=redactor,
+        reauth=oauth.reauth if oauth is not None else None,
+        reauth_secrets=oauth.names if oauth is not None else frozenset(),
     )
 
 

@@ -77,7 +77,7 @@ from __future__ import annotations
 import re
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -109,8 +109,12 @@ __all__ = [
     "EgressSession",
     "EgressUsage",
     "HttpLimits",
+    "Reauth",
     "RequestRecord",
 ]
+
+Reauth = Callable[[str, SecretValue], "tuple[SecretValue, Redactor] | None"]
+"""The 401 hook: ``(secret, rejected value)`` → a new value and the widened redactor, or None."""
 
 MAX_REDIRECTS: Final = 3  # redirect hops followed per request (docs/design.md §8 step 8)
 MAX_RESPONSE_HEADERS: Final = 256  # header lines of one response
@@ -195,6 +199,7 @@ class _Hop:
     dispatched: bool = False
     received: int = 0
     started: float = 0.0
+    injected: tuple[str, ...] = ()
 
 
 class EgressSession:
@@ -215,6 +220,10 @@ class EgressSession:
         allow_loopback: TEST ONLY, from ``HostConfig.unsafe_allow_loopback``.
         redactor: redacts every staged secret (built by the gateway with the staged
             values and the basic-auth usernames of ``credentials``).
+        reauth: the OAuth hook (:meth:`host.egress.oauth.OAuthStage.reauth`): on a 401 to
+            a request that carried one of ``reauth_secrets``, the session asks it for a
+            new value and replays the request once (the body is bytes the host holds).
+        reauth_secrets: the secrets ``reauth`` can renew.
 
     Raises:
         ValueError: a credential mapping is invalid, or ``max_requests`` is negative.
@@ -238,6 +247,8 @@ class EgressSession:
         ca_file: Path | None = None,
         allow_loopback: bool = False,
         redactor: Redactor,
+        reauth: Reauth | None = None,
+        reauth_secrets: frozenset[str] = frozenset(),
     ) -> None:
         if max_requests < 0:
             raise ValueError("max_requests must be >= 0")
@@ -263,6 +274,9 @@ class EgressSession:
         self._vetted: dict[str, tuple[str, ...]] = {}
         self._records: list[RequestRecord] = []
         self._over_budget_recorded = False
+        self._reauth = reauth
+        self._reauth_secrets = reauth_secrets
+        self.injected: set[str] = set()  # secret names injected into some request of the call
 
     # --- lifecycle ---
 
@@ -330,9 +344,19 @@ class EgressSession:
         deadline = self._request_deadline(request.timeout_ms, hop.started)
         headers: list[tuple[str, str]] = list(request.headers)
         hops = 0
+        reauthed = False
         while True:
             hop.method = method
             response = self._send_hop(hop, target, headers, body, deadline=deadline)
+            if response.status_code == 401 and not reauthed and self._renewable(hop):
+                response.close()
+                self._record(hop, "unauthorized:refresh")
+                reauthed = True  # one refresh and one retry per request, never more
+                self._renew(hop)
+                hop.status, hop.received, hop.dispatched = None, 0, False
+                hop.started = time.monotonic()
+                self._count_request()
+                continue
             location = _redirect_location(response)
             if location is None:
                 return self._finish(response, deadline, hop)
@@ -353,6 +377,21 @@ class EgressSession:
             headers = []  # docs/design.md §8 step 8: every header of the previous hop is dropped
 
     # --- steps ---
+
+    def _renewable(self, hop: _Hop) -> bool:
+        return self._reauth is not None and any(n in self._reauth_secrets for n in hop.injected)
+
+    def _renew(self, hop: _Hop) -> None:
+        """After a 401: renew the OAuth secrets this hop carried, or refuse the request."""
+        staged = dict(self._staged)
+        for name in hop.injected:
+            if name not in self._reauth_secrets or self._reauth is None:
+                continue
+            fresh = self._reauth(name, staged[name])
+            if fresh is None:
+                raise _Refused("credential-unavailable", name)
+            staged[name], self._redactor = fresh
+        self._staged = staged
 
     def _request_deadline(self, timeout_ms: int | None, started: float) -> float:
         deadline = min(self._deadline, started + self._http.timeout_ms / 1000)
@@ -423,6 +462,8 @@ class EgressSession:
             url = target.normalized()
             injections = self._router.inject(self._router.match(url), self._staged)
             send_url, send_headers = apply_injections(url, headers, injections)
+            hop.injected = tuple(item.secret for item in injections)
+            self.injected.update(hop.injected)
         except EgressUnreachable as exc:
             kind: FailureKind = "timeout" if exc.reason == "dns_timeout" else "network"
             raise _Refused(kind, exc.message, f"{kind}:{exc.reason}") from None

@@ -51,11 +51,14 @@ from host.canonical import canonical_json, parse_json
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.egress.urls import (
     HostPattern,
+    NormalizedUrl,
     make_host_pattern,
     normalize_path_prefix,
+    normalize_url,
     parse_host_pattern,
+    path_matches,
 )
-from host.errors import InputInvalid, ManifestInvalid, SchemaInvalid
+from host.errors import EgressDenied, InputInvalid, ManifestInvalid, SchemaInvalid
 from host.formats.relpath import parse_path
 from host.formats.schema import check_schema
 from host.formats.schemaprofile import PROFILE_EXTERNAL, check_external
@@ -75,6 +78,7 @@ __all__ = [
     "HttpConfig",
     "Limits",
     "ModuleInfo",
+    "OAuthConfig",
     "PackageInfo",
     "PackageManifest",
     "QueryLocation",
@@ -104,6 +108,7 @@ _SECRET_RE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _SHA256_RE: Final = re.compile(r"[0-9a-f]{64}")
 # RFC 9110 §5.6.2 token characters.
 _TOKEN_RE: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_SCOPE_RE: Final = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
 # semver.org's recommended expression, with ASCII digits only ("\d" is Unicode in Python).
 _SEMVER_RE: Final = re.compile(
     r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
@@ -428,6 +433,52 @@ CredentialLocation = Annotated[
 ]
 
 
+def _check_token_url(value: str) -> str:
+    try:
+        url = normalize_url(value)
+    except EgressDenied as exc:
+        raise ValueError(f"{value[:200]!r} is not a valid token URL: {exc.message}") from None
+    if url.scheme != "https":
+        raise ValueError(f"token URL {value[:200]!r} must be https (it carries the client secret)")
+    if url.query:
+        raise ValueError(f"token URL {value[:200]!r} must not have a query")
+    return value
+
+
+def _check_scope_token(value: str) -> str:
+    # RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+    if _SCOPE_RE.fullmatch(value) is None:
+        raise ValueError(f"{value[:80]!r} is not an OAuth scope token (RFC 6749 §3.3)")
+    return value
+
+
+ScopeToken = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_check_scope_token)]
+
+
+class OAuthConfig(_Model):
+    """``oauth`` of a credential mapping: the host obtains and refreshes the access token.
+
+    The mapping's secret then holds the token state (``stockade.oauth-token/1`` JSON, written
+    by ``stockade secrets oauth-login`` or by the host itself); ``client`` names the secret
+    holding ``{"client_id": ..., "client_secret": ...}``. Nothing secret is in the manifest.
+    """
+
+    grant: Literal["refresh_token", "client_credentials"]
+    token_url: Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(_check_token_url)]
+    scopes: Annotated[tuple[ScopeToken, ...], Field(max_length=64), AfterValidator(_unique)] = ()
+    client: SecretName
+    authorize_url: Annotated[
+        str, Field(min_length=1, max_length=2048), AfterValidator(_check_token_url)
+    ] | None = None
+    device_url: Annotated[
+        str, Field(min_length=1, max_length=2048), AfterValidator(_check_token_url)
+    ] | None = None
+
+    def token_target(self) -> NormalizedUrl:
+        """The normalized token URL (valid by construction)."""
+        return normalize_url(self.token_url)
+
+
 class CredentialMapping(_Model):
     """One ``http.credentials`` entry: which secret goes where, for which hosts and paths."""
 
@@ -438,6 +489,7 @@ class CredentialMapping(_Model):
         tuple[PathPrefix, ...], Field(min_length=1, max_length=16), AfterValidator(_unique)
     ]
     optional: bool = False
+    oauth: OAuthConfig | None = None
 
 
 class HttpConfig(_Model):
@@ -445,6 +497,11 @@ class HttpConfig(_Model):
 
     allow: Annotated[tuple[AllowEntry, ...], Field(max_length=64)]
     credentials: Annotated[tuple[CredentialMapping, ...], Field(max_length=64)] = ()
+    # Hosts the HOST may POST OAuth token requests to (never the guest); a token URL must
+    # be admitted by one of these or by an ``allow`` entry.
+    token_hosts: Annotated[
+        tuple[CredentialHost, ...], Field(max_length=16), AfterValidator(_unique)
+    ] = ()
     max_request_bytes: Annotated[int, Field(ge=0), _ceiling("max_request_bytes")]  # bytes
     max_response_bytes: Annotated[int, Field(ge=0), _ceiling("max_response_bytes")]  # bytes
     timeout_ms: Annotated[int, Field(ge=1), _ceiling("http_timeout_ms")]  # ms
@@ -615,6 +672,7 @@ def _cross_problems(doc: dict[str, Any], ceilings: Ceilings) -> list[dict[str, s
     http = doc.get("http")
     if isinstance(http, dict):
         problems.extend(_credential_host_problems(http))
+        problems.extend(_token_url_problems(http))
     workspace = doc.get("workspace")
     if isinstance(workspace, dict) and set(workspace) - {"read"}:
         problems.append({
@@ -693,6 +751,54 @@ def _credential_host_problems(http: dict[str, Any]) -> Iterator[dict[str, str]]:
                     "loc": f"http.credentials.{index}.hosts.{position}",
                     "msg": f"credential host {text[:200]!r} is not admitted by any http.allow entry"
                     + _credential_host_advice(text, pattern, patterns),
+                }
+
+
+def _token_admitted(http: dict[str, Any], url: NormalizedUrl) -> bool:
+    """Whether an allow entry (for POST, under its path prefix) or a ``token_hosts``
+    entry admits ``url``."""
+    allow = http.get("allow")
+    for entry in allow if isinstance(allow, list) else []:
+        if not isinstance(entry, dict) or "POST" not in (entry.get("methods") or ()):
+            continue
+        prefix, scheme, host = entry.get("path_prefix"), entry.get("scheme"), entry.get("host")
+        if not isinstance(scheme, str) or not isinstance(host, str):
+            continue
+        try:
+            pattern = make_host_pattern(scheme, host, entry.get("port"))
+            if pattern.matches(url) and isinstance(prefix, str) and path_matches(prefix, url.path):
+                return True
+        except (ValueError, TypeError):
+            continue  # reported by AllowEntry
+    hosts = http.get("token_hosts")
+    for text in hosts if isinstance(hosts, list) else []:
+        try:
+            if isinstance(text, str) and parse_host_pattern(text).matches(url):
+                return True
+        except ValueError:
+            continue  # reported by HttpConfig
+    return False
+
+
+def _token_url_problems(http: dict[str, Any]) -> Iterator[dict[str, str]]:
+    credentials = http.get("credentials")
+    for index, mapping in enumerate(credentials if isinstance(credentials, list) else []):
+        oauth = mapping.get("oauth") if isinstance(mapping, dict) else None
+        if not isinstance(oauth, dict):
+            continue
+        for key in ("token_url", "device_url"):
+            text = oauth.get(key)
+            if not isinstance(text, str):
+                continue
+            try:
+                url = normalize_url(text)
+            except EgressDenied:
+                continue  # reported by OAuthConfig
+            if url.scheme == "https" and not _token_admitted(http, url):
+                yield {
+                    "loc": f"http.credentials.{index}.oauth.{key}",
+                    "msg": f"{key} {text[:200]!r} is not admitted by an http.allow entry for POST "
+                    "nor by http.token_hosts",
                 }
 
 

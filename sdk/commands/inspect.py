@@ -293,11 +293,23 @@ def _egress_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
+def _injected_as(c: Mapping[str, Any]) -> str:
+    """The location, and for an OAuth mapping who refreshes it, from where, for which scopes."""
+    oauth = c.get("oauth")
+    if not oauth:
+        return str(c["injected_as"])
+    scopes = " ".join(oauth["scopes"]) or "(none)"
+    return (
+        f"{c['injected_as']}; oauth {oauth['grant']} refreshed by the host at {oauth['token_url']}, "
+        f"scopes {scopes}, client secret {oauth['client']}"
+    )
+
+
 def _credential_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     rows = [
         (
             c["secret"],
-            c["injected_as"],
+            _injected_as(c),
             ", ".join(c["hosts"]),
             ", ".join(c["path_prefixes"]),
             "no (optional)" if c["optional"] else "yes",
