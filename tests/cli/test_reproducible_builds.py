@@ -10,8 +10,9 @@ byte-identical modules, is pinned as a strict xfail (docs/authors.md, "Reproduci
 builds", says which build-time state the toolchains still record), so the day a
 toolchain update makes it hold, the xfail fails and the marker must go.
 
-Six real builds in all (about 10-30 s each on 2 cores); one module, so ``--dist
-loadscope`` keeps them on one worker.
+Five real builds in all (about 10-30 s each on 2 cores): the locked-package test rebuilds
+a copy of the Python example's first build instead of building one of its own; one
+module, so ``--dist loadscope`` keeps them on one worker.
 """
 
 from __future__ import annotations
@@ -126,21 +127,27 @@ def test_a_rebuild_elsewhere_in_a_clean_cache_is_byte_identical(rebuilt: dict[st
 
 
 @pytest.mark.slow
-def test_verify_build_of_a_locked_package_names_a_one_byte_source_change(tmp_path: Path) -> None:
-    project = _copy("python-hello", tmp_path / "hello")
-    bundle = _build(project, tmp_path / "cache")
+@pytest.mark.parametrize("rebuilt", ["python-deps"], indirect=True)
+def test_verify_build_of_a_locked_package_names_a_one_byte_source_change(
+    rebuilt: dict[str, Any], tmp_path: Path
+) -> None:
+    # The fixture's first build (a copy with its bundle, the fixture's project stays as
+    # built): one rebuild here, of the changed source, instead of a build and a rebuild.
+    project = tmp_path / "humanizer"
+    shutil.copytree(rebuilt["first"], project)
+    bundle = project / Path(rebuilt["bundle"]).relative_to(rebuilt["first"])
     locked = _run("lock", "add", str(bundle.relative_to(project)), cwd=project, cache=tmp_path / "cache")
     assert locked.returncode == 0, locked.stdout + locked.stderr
     app = project / "app.py"
     source = app.read_bytes()
-    index = source.index(b"Hello")
-    app.write_bytes(source[:index] + b"J" + source[index + 1 :])  # "Hello" -> "Jello"
+    index = source.index(b"humanizer")
+    app.write_bytes(source[:index] + b"H" + source[index + 1 :])  # "humanizer" -> "Humanizer"
     status, report = _verify(
-        "hello", project, cwd=tmp_path, cache=tmp_path / "cache", lock=project / "stockade.lock"
+        "humanizer", project, cwd=tmp_path, cache=tmp_path / "cache", lock=project / "stockade.lock"
     )
     checks = _checks(report)
     assert status == 1 and report["ok"] is False
-    assert report["target"].endswith("stockade.lock:hello")
+    assert report["target"].endswith("stockade.lock:humanizer")
     assert checks["module"]["match"] is False and checks["source"]["match"] is False
     assert checks["toolchain"]["match"] is True
     assert report["files_changed"] == ["app.py"]

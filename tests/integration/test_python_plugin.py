@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from host.egress.port import DenyAllEgress, HttpFailure, HttpRequest, HttpResponse
-from host.errors import InputInvalid, SandboxFuelExhausted, SandboxMemory, SandboxTimeout, ToolFailed
+from host.errors import InputInvalid, ToolFailed
 from host.runtime import LoadedComponent, Runtime, SandboxLimits, SandboxResult
 from sdk.build import build_project
 from tests.support.plugins import (
@@ -27,8 +26,9 @@ from tests.support.plugins import (
     shared_runtime_config,
 )
 
-# Cranelift, the production compiler, for the hostile plugin's limits on a real component.
-pytestmark = [pytest.mark.slow, pytest.mark.cranelift]
+# The suite's compiler (Winch): these tests are about the guest SDK and containment, not the
+# compiler; the hostile plugin's limits under Cranelift are in test_python_plugin_limits.py.
+pytestmark = pytest.mark.slow
 
 LIMITS = SandboxLimits(fuel=2_000_000_000, memory_bytes=256 << 20, timeout_ms=10_000, max_log_bytes=65_536)
 MiB = 1 << 20
@@ -132,37 +132,6 @@ def test_ten_megabytes_of_stdout_capped_in_the_log(
     assert _output(result) == 10 * MiB
     assert result.usage.log_truncated and result.usage.log_bytes <= 4096
     assert sum(len(line.text.encode()) for line in result.log if line.source != "host") <= 4096
-
-
-def test_gigabyte_allocation_contained_and_host_still_serves(
-    runtime: Runtime, plugins: dict[str, LoadedComponent]
-) -> None:
-    with pytest.raises(SandboxMemory) as info:
-        _run(runtime, plugins["hostile_py"], "hostile.alloc", {"bytes": 1 << 30})
-    assert info.value.code == "SANDBOX_MEMORY"
-    assert _output(_run(runtime, plugins["hostile_py"], "hostile.alloc", {"bytes": MiB})) == MiB
-    assert _output(_run(runtime, plugins["echo_py"], "echo.counter", {})) == 1
-
-
-@pytest.mark.parametrize(
-    ("limits", "error"),
-    [
-        (
-            SandboxLimits(fuel=50_000_000, memory_bytes=256 << 20, timeout_ms=10_000, max_log_bytes=1024),
-            SandboxFuelExhausted,
-        ),
-        (
-            SandboxLimits(fuel=20_000_000_000, memory_bytes=256 << 20, timeout_ms=300, max_log_bytes=1024),
-            SandboxTimeout,
-        ),
-    ],
-    ids=["fuel", "deadline"],
-)
-def test_endless_loop_stopped(
-    runtime: Runtime, plugins: dict[str, LoadedComponent], limits: SandboxLimits, error: type[Exception]
-) -> None:
-    with pytest.raises(error):
-        _run(runtime, plugins["hostile_py"], "hostile.spin", {}, limits=limits)
 
 
 def test_http_round_trip_through_the_egress_port(
@@ -276,20 +245,6 @@ def test_python_example_builds_and_runs(runtime: Runtime, tmp_path: Path) -> Non
     assert port.requests[0].url == "https://quotes.example/v1/quotes/today"
     with pytest.raises(InputInvalid, match="blank"):
         _run(runtime, example, "hello.greet", {"name": " "})
-
-
-def test_time_sleep_past_the_deadline_answers_timeout(
-    runtime: Runtime, plugins: dict[str, LoadedComponent]
-) -> None:
-    # time.sleep blocks in wasi:io/poll on a monotonic-clock pollable, a host function
-    # where epoch interruption never fires: the host's clock wakes it by the
-    # deadline. The bound is generous: long before the 30 s sleep would end.
-    limits = SandboxLimits(fuel=LIMITS.fuel, memory_bytes=LIMITS.memory_bytes, timeout_ms=1_000, max_log_bytes=1024)
-    started = time.monotonic()
-    with pytest.raises(SandboxTimeout, match="past its 1000 ms deadline"):
-        _run(runtime, plugins["hostile_py"], "hostile.sleep", {"seconds": 30}, limits=limits)
-    assert time.monotonic() - started < 15
-    assert _output(_run(runtime, plugins["hostile_py"], "hostile.sleep", {"seconds": 0})) == "slept"
 
 
 class _EchoBody:

@@ -123,3 +123,27 @@ AUTHOR_CACHE_ENV = {"XDG_CACHE_HOME": str(REPO / ".stockade-cache"), "STOCKADE_J
 def author_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """``stockade ARGS`` as an author runs it, with the checkout's build caches and toolchain."""
     return run_cli(*args, cwd=cwd, env=cli_env(**AUTHOR_CACHE_ENV), timeout=timeout)
+
+
+def new_build_test_round_trip(tmp_path: Path, lang: str) -> None:
+    """``stockade new rt-LANG`` -> ``build --json`` -> ``test``: the scaffold's files, the
+    bundle's tools and the scaffold's own 5 tests passing (tests/cli/test_new_and_test*.py)."""
+    source = {"python": "app.py", "javascript": "app.js"}[lang]
+    name = f"rt-{lang}"
+    new = author_cli("new", name, "--lang", lang, cwd=tmp_path)
+    assert new.returncode == 0, new.stderr
+    project = tmp_path / name
+    assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == sorted(
+        ["stockade.toml", source, "README.md", ".gitignore", "tests/test_tools.py"]
+    )
+
+    build = author_cli("build", str(project), "--json", cwd=tmp_path)
+    assert build.returncode == 0, build.stderr
+    bundle = Path(json.loads(build.stdout)["bundle"])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [t["name"] for t in manifest["tools"]] == [f"{name}.greet", f"{name}.lookup"]
+
+    test = author_cli("test", str(project), cwd=tmp_path)
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert "5 passed" in test.stdout
+    assert f"built {name}-0.1.0" in test.stderr
