@@ -158,10 +158,25 @@ def test_javascript_component_is_not_pooled_it_instantiates_fast(tmp_path: Path)
     limits = SandboxLimits(fuel=2_000_000_000, memory_bytes=128 << 20, timeout_ms=10_000, max_log_bytes=65_536)
     with Runtime(config) as rt:
         loaded = rt.load(build.module_path.read_bytes(), sha256=build.module_sha256, name="echo_js")
+        seen: list[float] = []
+        observe = rt._ready.observe
+
+        def recording(key: object, component: object, instantiate_s: float) -> None:
+            seen.append(instantiate_s)
+            observe(key, component, instantiate_s)  # type: ignore[arg-type]
+
+        rt._ready.observe = recording  # type: ignore[method-assign]
         for _ in range(8):
             rt.run(loaded, tool="echojs.echo", input_json="{}", limits=limits, egress=DenyAllEgress(),
                    secret_available=lambda _n: False)
-        assert rt._ready.created == 0
+        # The decision, not the machine's speed, is under test: a loaded machine can make
+        # the JS component slow to instantiate, and then it is pooled like any slow one.
+        fast = min(seen[: ready_module.SAMPLES]) < ready_module.POOL_THRESHOLD_S
+        if fast:
+            assert rt._ready.created == 0
+            assert len(seen) == 8  # judged once, then every call still instantiates on demand
+        else:
+            assert rt._ready.created > 0
 
 
 @pytest.mark.parametrize("depth", [-1, 17, True, 1.5])
