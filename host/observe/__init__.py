@@ -40,6 +40,7 @@ __all__ = [
     "egress",
     "enable",
     "enabled",
+    "outbound",
     "span",
     "span_ids",
     "staged",
@@ -229,6 +230,15 @@ def audit_synced(records: int, seconds: float, *, failed: bool) -> None:
     live = _live
     if live is not None:
         live.audit_synced(records, seconds, failed)
+
+
+def outbound() -> list[tuple[str, str]]:
+    """The current span's W3C trace context as headers (``traceparent`` and, when set,
+    ``tracestate``) for an outbound request; empty when off or outside a recorded span.
+
+    Only egress whose allow entry opts in (``propagate_trace``) sends them."""
+    live = _live
+    return [] if live is None else live.outbound()
 
 
 def trace_id() -> str | None:

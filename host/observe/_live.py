@@ -316,6 +316,12 @@ class Live:
         context = trace.get_current_span().get_span_context()
         return format(context.trace_id, "032x") if context.is_valid else None
 
+    def outbound(self) -> list[tuple[str, str]]:
+        """The current span's trace context headers (none outside a recorded span)."""
+        headers: dict[str, str] = {}
+        _PROPAGATOR.inject(headers)
+        return list(headers.items())
+
     def span_ids(self) -> tuple[str, str] | None:
         """The current span's trace and span ids, if it is recorded."""
         context = trace.get_current_span().get_span_context()
