@@ -197,6 +197,7 @@ class Live:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         sources: Callable[[], list[tuple[str, int, int]]] = list,
+        ready: Callable[[], int] = int,
     ) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
@@ -243,6 +244,15 @@ class Live:
             "stockade.mcp.drift", [self._drift], unit="{tool}",
             description="Tools of each pinned MCP source whose live definition differs from the pin",
         )  # fmt: skip
+        self._ready = ready
+        meter.create_observable_gauge(
+            "stockade.sandbox.ready_instances", [self._ready_instances], unit="{instance}",
+            description="Instances instantiated ahead of the calls that will take them, ready now",
+        )  # fmt: skip
+        self.store_errors = meter.create_counter(
+            "stockade.store.errors", unit="{error}",
+            description="State-store operations that failed, by backend, operation and error code",
+        )  # fmt: skip
         self.egress_bytes = meter.create_counter(
             "stockade.egress.bytes", unit="By", description="Egress bytes by host and direction"
         )
@@ -286,6 +296,15 @@ class Live:
 
     def _drift(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(drifted, {"stockade.source": name}) for name, _, drifted in self._sources()]
+
+    def _ready_instances(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._ready())]
+
+    def store_error(self, backend: str, operation: str, code: str) -> None:
+        """One failed state-store operation."""
+        self.store_errors.add(1, {
+            "stockade.store.backend": backend, "stockade.store.operation": operation, "error.type": code,
+        })  # fmt: skip
 
     def audit_synced(self, records: int, seconds: float, failed: bool) -> None:
         """One group commit of the audit log."""
