@@ -9,7 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
+from host import observe
 from host.audit import AuditLog
 from host.config import HostConfig
 from host.egress.port import DenyAllEgress
@@ -19,10 +25,12 @@ from host.runtime import Runtime, SandboxLimits
 from host.runtime import ready as ready_module
 from host.store import LocalStore
 from host.store.local import LOCK_FILE
+from tests.observe.fetch import API, api, fetch_host, fetch_url
 from tests.support import wat
 from tests.support.otel import Samples, metrics_endpoint, scrape
+from tests.support.servers import LoopbackServer
 
-__all__ = ["metrics_endpoint"]
+__all__ = ["api", "metrics_endpoint"]
 
 LIMITS = SandboxLimits(fuel=50_000_000, memory_bytes=16 << 20, timeout_ms=2_000, max_log_bytes=4096)
 
@@ -67,3 +75,32 @@ def test_a_store_refused_for_a_held_state_dir_is_a_counted_store_error(
     labels = frozenset({("stockade_store_backend", "local"), ("stockade_store_operation", "open the store"),
                         ("error_type", "STORE_UNAVAILABLE")})  # fmt: skip
     assert scrape(metrics_endpoint)[("stockade_store_errors_total", labels)] == 1
+
+
+def test_a_sampled_out_call_makes_no_span_and_is_still_measured(tmp_path: Path, api: LoopbackServer) -> None:
+    exporter = InMemorySpanExporter()
+    tracer = TracerProvider(sampler=ALWAYS_OFF)
+    tracer.add_span_processor(SimpleSpanProcessor(exporter))
+    served = MetricsEndpoint("127.0.0.1", 0)
+    meters = MeterProvider(metric_readers=[served.reader])
+    observe.enable(tracer_provider=tracer, meter_provider=meters)
+    try:
+        fx = fetch_host(tmp_path, api)
+        result = fx.host.call(fx.request("echo.fetch", input={"url": fetch_url(api)}))
+        fx.host.close()
+        samples = scrape(served)
+    finally:
+        observe.disable()
+        meters.shutdown()
+        tracer.shutdown()
+        served.close()
+    assert result.ok, result.error
+    assert exporter.get_finished_spans() == ()
+    assert samples[("stockade_calls_total", frozenset({("stockade_tool", "echo.fetch"),
+                                                       ("stockade_outcome", "ok")}))] == 1  # fmt: skip
+    assert samples[("stockade_sandbox_fuel_sum", frozenset({("stockade_tool", "echo.fetch")}))] == result.usage.fuel
+    assert samples[("stockade_egress_requests_total", frozenset({("server_address", API),
+                                                                 ("stockade_egress_outcome", "ok")}))] == 2  # fmt: skip
+    for stage in ("prepare", "rate_limit", "secrets", "sandbox", "egress", "output", "audit.append"):
+        key = ("stockade_stage_duration_seconds_count", frozenset({("stockade_stage", f"stockade.{stage}")}))
+        assert samples[key] == (2 if stage == "egress" else 1), stage
