@@ -567,8 +567,9 @@ class EgressSession:
 
 
 def _with_trace(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``headers`` and the current (egress) span's ``traceparent``/``tracestate``; none
-    when tracing is off or the span is not recorded, none over a header already there."""
+    """``headers`` and the current (egress) span's ``traceparent``/``tracestate``: none
+    when tracing is off or there is no valid span context (a sampled-out call passes its
+    not-sampled decision on, flags ``00``), none over a header already there."""
     present = {fold_header_name(name) for name, _ in headers}
     return [*headers, *((n, v) for n, v in observe.outbound() if n not in present)]
 

@@ -237,7 +237,8 @@ def audit_synced(records: int, seconds: float, *, failed: bool) -> None:
 
 def outbound() -> list[tuple[str, str]]:
     """The current span's W3C trace context as headers (``traceparent`` and, when set,
-    ``tracestate``) for an outbound request; empty when off or outside a recorded span.
+    ``tracestate``) for an outbound request; empty when off or without a valid span
+    context (a sampled-out call's context is valid: its flags say not sampled).
 
     Only egress whose allow entry opts in (``propagate_trace``) sends them."""
     live = _live
