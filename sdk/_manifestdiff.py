@@ -363,11 +363,22 @@ def _covered(olds: Sequence[AllowEntry], new: AllowEntry) -> bool:
     )
 
 
+def _traced(olds: Sequence[AllowEntry], new: AllowEntry) -> bool:
+    """Whether old entries that sent trace context already covered every method of ``new``."""
+    return _covered([o for o in olds if o.propagate_trace], new)
+
+
 def _allow_changes(package: str, olds: Sequence[AllowEntry], news: Sequence[AllowEntry]) -> Iterator[Change]:
     for entry in news:
         if not _covered(olds, entry):
             kind, why = _why_wider(olds, entry)
             yield Change(kind, package, f"{why}: {_describe_entry(entry)}", True, new=entry.model_dump())
+    for entry in news:
+        if entry.propagate_trace and not _traced(olds, entry):
+            yield Change(
+                "http.trace", package, f"trace context sent: {_describe_entry(entry)}", True,
+                new=entry.model_dump(),
+            )  # fmt: skip
     for entry in olds:
         if not _covered(news, entry):
             yield Change(

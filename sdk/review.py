@@ -24,7 +24,8 @@ that widen what a package may do or what runs without a person's approval. Rules
 - http: an allow entry not covered by the old ones escalates, named by why: a new host
   (``http.host``), a wildcard replacing a literal (``http.wildcard``), plain http
   (``http.scheme``), another port (``http.port``), a shorter or new path prefix
-  (``http.path``), new methods (``http.methods``);
+  (``http.path``), new methods (``http.methods``); an entry that starts sending the
+  call's trace context to its destination (``http.trace``, ``propagate_trace``);
 - credentials: a new secret (``credential.added``), a new injection location
   (``credential.location``), new hosts (``credential.hosts``) or paths
   (``credential.paths``) escalate;
@@ -455,6 +456,7 @@ def _http_report(manifest: PackageManifest) -> dict[str, Any]:
                 "port": entry.host_pattern().port,
                 "path_prefix": entry.path_prefix,
                 "methods": list(entry.methods),
+                "propagate_trace": entry.propagate_trace,
             }
             for entry in http.allow
         ],

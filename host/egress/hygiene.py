@@ -37,6 +37,12 @@ and every other reason to ``denied``):
   :data:`CREDENTIAL_QUERY_WORDS`. ``auth`` is matched exactly here (``author`` is an
   ordinary parameter), ``&`` and ``;`` both separate parameters.
 
+Trace context headers (:data:`TRACE_CONTEXT_HEADERS`: ``traceparent``, ``tracestate``)
+a guest sends are dropped, not refused (:func:`strip_trace_context`): the trace context
+of a request is the host's to give, from the call's egress span, and only where the allow
+entry opts in (``propagate_trace``); a guest-chosen one would let a plugin join the
+third party's traces to a trace of its choosing, or pass for the host's own context.
+
 Response headers the guest never sees (:func:`sanitize_response_headers`): ``Set-Cookie``,
 ``Set-Cookie2``, every credential-like name above, hop-by-hop headers, and
 ``Content-Length``/``Content-Encoding`` (the host decodes and redacts the body, so the
@@ -69,6 +75,7 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "REROUTING_HEADERS",
     "REROUTING_PREFIXES",
+    "TRACE_CONTEXT_HEADERS",
     "check_method",
     "check_query",
     "check_request_headers",
@@ -76,6 +83,7 @@ __all__ = [
     "is_credential_header_name",
     "is_credential_query_name",
     "sanitize_response_headers",
+    "strip_trace_context",
 ]
 
 MAX_HEADERS: Final = 64  # headers in one guest request
@@ -126,6 +134,9 @@ REROUTING_HEADERS: Final = frozenset(
 
 REROUTING_PREFIXES: Final = ("x-forwarded-", "proxy-")
 """Folded header-name prefixes refused like :data:`REROUTING_HEADERS`."""
+
+TRACE_CONTEXT_HEADERS: Final = frozenset({"traceparent", "tracestate"})
+"""W3C Trace Context headers: only the host writes them (folded names, see above)."""
 
 CREDENTIAL_QUERY_NAMES: Final = frozenset(
     {
@@ -279,6 +290,18 @@ def check_request_headers(headers: Sequence[tuple[str, str]]) -> None:
                 f"headers exceed {MAX_HEADER_BYTES} bytes in all", reason="invalid_header"
             )
         _check_header(name, value)
+
+
+def strip_trace_context(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The guest's headers without any :data:`TRACE_CONTEXT_HEADERS` (in any spelling).
+
+    Args:
+        headers: headers that passed :func:`check_request_headers`.
+
+    Returns:
+        The other pairs, in order.
+    """
+    return [(name, value) for name, value in headers if fold_header_name(name) not in TRACE_CONTEXT_HEADERS]
 
 
 def _query_names(query: str) -> Iterable[str]:

@@ -64,6 +64,7 @@ from host.errors import EgressDenied, EgressUnreachable
 
 __all__ = [
     "ALLOW_ENTRY_FIELDS",
+    "ALLOW_ENTRY_OPTIONAL",
     "MAX_DNS_ANSWERS",
     "MAX_PENDING_LOOKUPS",
     "AllowRule",
@@ -79,7 +80,10 @@ Resolver = Callable[[str], Sequence[str]]
 reported as ``dns_failure``). :func:`system_resolver` is the real one."""
 
 ALLOW_ENTRY_FIELDS: Final = ("scheme", "host", "port", "path_prefix", "methods")
-"""The fields of one manifest ``http.allow`` entry (docs/design.md §3)."""
+"""The required fields of one manifest ``http.allow`` entry (docs/design.md §3)."""
+
+ALLOW_ENTRY_OPTIONAL: Final = ("propagate_trace",)
+"""The optional fields of an ``http.allow`` entry (absent: ``False``)."""
 
 MAX_DNS_ANSWERS: Final = 64  # answers of one resolution considered; the rest are ignored
 MAX_PENDING_LOOKUPS: Final = 32  # resolver threads alive per process, abandoned ones included
@@ -100,6 +104,8 @@ class EgressTarget:
         query: the query without ``?`` (``""`` if none).
         host_kind: ``"dns"``, ``"ipv4"`` or ``"ipv6"``.
         url: the exact URL to send (no fragment, no default port).
+        propagate_trace: an allow entry that admits the request opts in to carrying the
+            call's W3C trace context (``traceparent``, ``tracestate``).
     """
 
     scheme: str
@@ -109,11 +115,13 @@ class EgressTarget:
     query: str
     host_kind: HostKind
     url: str
+    propagate_trace: bool = False
 
     @classmethod
-    def from_normalized(cls, normalized: NormalizedUrl) -> EgressTarget:
+    def from_normalized(cls, normalized: NormalizedUrl, *, propagate_trace: bool = False) -> EgressTarget:
         """The target for an already normalized URL."""
         return cls(
+            propagate_trace=propagate_trace,
             scheme=normalized.scheme,
             host=normalized.host,
             port=normalized.port,
@@ -143,11 +151,13 @@ class AllowRule:
         pattern: scheme, host (literal or ``*.suffix``) and port.
         path_prefix: normalized prefix, matched at a segment boundary.
         methods: the upper-case methods allowed.
+        propagate_trace: requests it admits carry the call's trace context.
     """
 
     pattern: HostPattern
     path_prefix: str
     methods: frozenset[str]
+    propagate_trace: bool = False
 
 
 def _deny(reason: DenyReason, message: str, *, address: str | None = None) -> EgressDenied:
@@ -182,7 +192,8 @@ def _parse_methods(value: object, index: int) -> frozenset[str]:
 
 def _rule_from_entry(entry: object, index: int) -> AllowRule:
     if isinstance(entry, Mapping):
-        unknown = sorted(str(key) for key in entry if key not in ALLOW_ENTRY_FIELDS)
+        known = (*ALLOW_ENTRY_FIELDS, *ALLOW_ENTRY_OPTIONAL)
+        unknown = sorted(str(key) for key in entry if key not in known)
         if unknown:
             raise ValueError(f"allow[{index}]: unknown fields {unknown}")
     scheme, host, port, prefix, methods = (_entry_field(entry, name, index) for name in ALLOW_ENTRY_FIELDS)
@@ -195,7 +206,17 @@ def _rule_from_entry(entry: object, index: int) -> AllowRule:
         path_prefix = normalize_path_prefix(prefix)
     except ValueError as exc:
         raise ValueError(f"allow[{index}]: {exc}") from None
-    return AllowRule(pattern=pattern, path_prefix=path_prefix, methods=_parse_methods(methods, index))
+    propagate = entry.get("propagate_trace", False) if isinstance(entry, Mapping) else (
+        getattr(entry, "propagate_trace", False)
+    )
+    if not isinstance(propagate, bool):
+        raise ValueError(f"allow[{index}].propagate_trace must be true or false, not {propagate!r}")
+    return AllowRule(
+        pattern=pattern,
+        path_prefix=path_prefix,
+        methods=_parse_methods(methods, index),
+        propagate_trace=propagate,
+    )
 
 
 @final
@@ -217,8 +238,9 @@ class EgressPolicy:
 
         Args:
             entries: each a Mapping with exactly the keys ``scheme``, ``host``, ``port``,
-                ``path_prefix``, ``methods``, or an object with those attributes (the
-                manifest's ``AllowEntry``). ``port`` may be ``None`` (scheme default).
+                ``path_prefix``, ``methods`` (and optionally ``propagate_trace``), or an
+                object with those attributes (the manifest's ``AllowEntry``). ``port`` may
+                be ``None`` (scheme default).
 
         Raises:
             ValueError: naming the entry and what is wrong; a bad entry is never widened.
@@ -272,9 +294,12 @@ class EgressPolicy:
             raise _deny(
                 "path_not_allowed", f"path {normalized.path[:200]} is not allowed on {normalized.host}"
             )
-        if not isinstance(method, str) or not any(method in rule.methods for rule in paths):
+        admitting = [rule for rule in paths if isinstance(method, str) and method in rule.methods]
+        if not admitting:
             raise _deny("method_not_allowed", f"method {str(method)[:32]!r} is not allowed there")
-        return EgressTarget.from_normalized(normalized)
+        # One admitting entry that opts in is enough: it says this destination may get it.
+        propagate = any(rule.propagate_trace for rule in admitting)
+        return EgressTarget.from_normalized(normalized, propagate_trace=propagate)
 
     def vet(
         self,

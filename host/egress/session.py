@@ -86,13 +86,16 @@ from urllib.parse import urljoin
 
 import httpx2
 
+from host import observe
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.egress.hygiene import (
     INVALID_REQUEST_REASONS,
     check_method,
     check_query,
     check_request_headers,
+    fold_header_name,
     sanitize_response_headers,
+    strip_trace_context,
 )
 from host.egress.policy import EgressPolicy, EgressTarget, Resolver
 from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
@@ -342,7 +345,7 @@ class EgressSession:
         except EgressDenied as exc:
             raise _denied(exc) from None
         deadline = self._request_deadline(request.timeout_ms, hop.started)
-        headers: list[tuple[str, str]] = list(request.headers)
+        headers = strip_trace_context(request.headers)  # the host's to give: see _send_hop
         hops = 0
         reauthed = False
         while True:
@@ -464,6 +467,8 @@ class EgressSession:
             send_url, send_headers = apply_injections(url, headers, injections)
             hop.injected = tuple(item.secret for item in injections)
             self.injected.update(hop.injected)
+            if target.propagate_trace:  # the allow entry opted in (off: a trace id stays home)
+                send_headers = _with_trace(send_headers)
         except EgressUnreachable as exc:
             kind: FailureKind = "timeout" if exc.reason == "dns_timeout" else "network"
             raise _Refused(kind, exc.message, f"{kind}:{exc.reason}") from None
@@ -600,6 +605,14 @@ class EgressSession:
                 outcome=outcome,
             )
         )
+
+
+def _with_trace(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` and the current (egress) span's ``traceparent``/``tracestate``: none
+    when tracing is off or there is no valid span context (a sampled-out call passes its
+    not-sampled decision on, flags ``00``), none over a header already there."""
+    present = {fold_header_name(name) for name, _ in headers}
+    return [*headers, *((n, v) for n, v in observe.outbound() if n not in present)]
 
 
 def _with_defaults(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

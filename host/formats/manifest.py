@@ -387,6 +387,11 @@ class AllowEntry(_Model):
     port: Annotated[int, Field(ge=1, le=65535)] | None = None  # None: the scheme's default
     path_prefix: PathPrefix
     methods: Annotated[tuple[Method, ...], Field(min_length=1), AfterValidator(_unique)]
+    # Whether requests this entry admits carry the W3C trace context (traceparent,
+    # tracestate) of the call's egress span. Off by default: a trace id is metadata that
+    # links the request to everything else the host did in the trace, which a third party
+    # should learn only when the author (and the reviewer of the lock) chose to send it.
+    propagate_trace: bool = False
 
     def host_pattern(self) -> HostPattern:
         """The entry's scheme, host and port as a :class:`HostPattern` (valid by construction)."""
@@ -618,6 +623,9 @@ class PackageManifest(_Model):
         doc = self.model_dump(mode="json")
         if doc.get("workspace") is None:  # a package's bytes stay as before the field existed
             doc.pop("workspace", None)
+        for entry in doc["http"]["allow"]:  # a package's bytes stay as before the trace field existed
+            if entry.get("propagate_trace") is False:
+                entry.pop("propagate_trace")
         for tool in doc["tools"]:  # a package's bytes stay as before the profile field existed
             if tool.get("schema_profile") is None:
                 tool.pop("schema_profile", None)

@@ -40,11 +40,15 @@ __all__ = [
     "egress",
     "enable",
     "enabled",
+    "outbound",
+    "ready_instances",
     "span",
     "span_ids",
     "staged",
+    "store_error",
     "trace_id",
     "watch",
+    "watch_ready",
     "watched_sources",
 ]
 
@@ -231,6 +235,16 @@ def audit_synced(records: int, seconds: float, *, failed: bool) -> None:
         live.audit_synced(records, seconds, failed)
 
 
+def outbound() -> list[tuple[str, str]]:
+    """The current span's W3C trace context as headers (``traceparent`` and, when set,
+    ``tracestate``) for an outbound request; empty when off or without a valid span
+    context (a sampled-out call's context is valid: its flags say not sampled).
+
+    Only egress whose allow entry opts in (``propagate_trace``) sends them."""
+    live = _live
+    return [] if live is None else live.outbound()
+
+
 def trace_id() -> str | None:
     """The current span's trace id (32 hex digits), or ``None`` outside a recorded span."""
     live = _live
@@ -293,6 +307,37 @@ def watched_sources() -> list[tuple[str, int, int]]:
     return [row for method in alive for row in method()]
 
 
+def store_error(backend: str, operation: str, code: str) -> None:
+    """Count one failed state-store operation (``backend``: ``local`` or ``postgres``;
+    ``operation``: a fixed phrase such as ``"append to the audit chain"``; ``code``: the
+    raised error's code)."""
+    live = _live
+    if live is not None:
+        live.store_error(backend, operation, code)
+
+
+ReadyCount = Callable[[], int]
+"""A runtime's ready-instance pools as the number of instances ready now."""
+
+_ready: list[weakref.WeakMethod[ReadyCount]] = []
+
+
+def watch_ready(count: ReadyCount) -> None:
+    """Register a ready-instance pool's bound counting method, held weakly; read only
+    when metrics are collected (``stockade.sandbox.ready_instances``)."""
+    with _watched_lock:
+        _ready[:] = [ref for ref in _ready if ref() is not None]
+        _ready.append(weakref.WeakMethod(count))
+
+
+def ready_instances() -> int:
+    """The instances ready now in every watched pool."""
+    with _watched_lock:
+        alive = [method for ref in _ready if (method := ref()) is not None]
+        _ready[:] = [weakref.WeakMethod(method) for method in alive]
+    return sum(method() for method in alive)
+
+
 def enabled() -> bool:
     """Whether :func:`enable` turned the hooks on."""
     return _live is not None
@@ -314,7 +359,10 @@ def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         from host.observe._live import Live  # noqa: PLC0415 - OpenTelemetry only once enabled
     except ImportError as exc:  # pragma: no cover - the suite installs the extra
         raise RuntimeError("observability needs OpenTelemetry: pip install 'stockade[otel]'") from exc
-    _live = Live(tracer_provider=tracer_provider, meter_provider=meter_provider, sources=watched_sources)
+    _live = Live(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, sources=watched_sources,
+        ready=ready_instances,
+    )  # fmt: skip
 
 
 def disable() -> None:

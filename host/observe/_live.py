@@ -3,6 +3,11 @@
 Spans are started with ``record_exception=False``: an exception's message can quote an
 input value (a schema error names the offending value), so a failed stage carries only its
 stable error code (``error.type``) and an ERROR status without a description.
+
+Cost: a stage inside a call whose span is not recorded (sampled out, or no SDK configured)
+makes no span at all, only its measurements (:class:`TimedStage`); a stage without a metric
+in such a call is the shared :data:`SKIPPED`. Label dicts are built only for the stages
+that have metrics, and the stage histogram's attribute sets are built once.
 """
 
 from __future__ import annotations
@@ -43,7 +48,15 @@ _TIMED: Final = frozenset({
 # a Host.prepare outside a call (the MCP server's tools/list hides denied tools with one
 # per tool) or the audit records of opening a lock make no stray root spans.
 _ROOTS: Final = frozenset({"stockade.call", "stockade.mcp.tools_call"})
-_IN_CALL: Final[ContextVar[bool]] = ContextVar("stockade_in_call", default=False)
+# Outside any call, inside a call whose span is not recorded, inside a recorded one.
+_OUTSIDE, _UNRECORDED, _RECORDED = 0, 1, 2
+_CALL: Final[ContextVar[int]] = ContextVar("stockade_call", default=_OUTSIDE)
+# Stages with a metric of their own (see Live.measured); the others only ever make spans.
+_MEASURED: Final = _TIMED | {"stockade.call", "stockade.sandbox", "stockade.egress", "stockade.rate_limit",
+                              "stockade.approval"}  # fmt: skip
+_STAGE_ATTRIBUTES: Final = {name: {"stockade.stage": name} for name in _TIMED}
+_NO_LABELS: Final[Mapping[str, str]] = {}
+_NO_VALUES: Final[Mapping[str, int]] = {}
 _UNKNOWN_TOOL: Final = "_unknown"  # a refused call names no registry tool: no untrusted string as a label
 
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
@@ -66,6 +79,7 @@ class LiveSpan:
         "_kind",
         "_labels",
         "_live",
+        "_measured",
         "_name",
         "_parent",
         "_span",
@@ -94,21 +108,22 @@ class LiveSpan:
         self._started = 0.0
         self._error: str | None = None
         self._call_token: Any = None
-        self._labels: dict[str, str] = {}
-        self._values: dict[str, int] = {}
-        if attributes:
+        self._measured = name in _MEASURED
+        self._labels: dict[str, str] | None = None
+        self._values: dict[str, int] | None = None
+        if attributes and self._measured:
             for key, value in attributes.items():
                 self._keep(key, value)
 
     def __enter__(self) -> LiveSpan:
         parent = None if self._parent is None else _PROPAGATOR.extract(dict(self._parent))
-        self._span = self._live.tracer.start_span(
+        span = self._span = self._live.tracer.start_span(
             self._name, context=parent, kind=self._kind, attributes=self._attributes,
             record_exception=False, set_status_on_exception=False,
         )  # fmt: skip
-        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        self._token = otel_context.attach(trace.set_span_in_context(span))
         if self._name in _ROOTS:
-            self._call_token = _IN_CALL.set(True)
+            self._call_token = _CALL.set(_RECORDED if span.is_recording() else _UNRECORDED)
         self._started = time.perf_counter()
         return self
 
@@ -119,26 +134,35 @@ class LiveSpan:
             self.fail(error_code(exc))
         elapsed = time.perf_counter() - self._started
         if self._call_token is not None:
-            _IN_CALL.reset(self._call_token)
+            _CALL.reset(self._call_token)
         otel_context.detach(self._token)
         self._span.end()
-        self._live.measured(self._name, self._labels, self._values, elapsed, self._error)
+        if self._measured:
+            self._live.measured(
+                self._name, self._labels or _NO_LABELS, self._values or _NO_VALUES, elapsed, self._error
+            )
 
     def set(self, key: str, value: str | int | float | bool) -> None:
         """Set one attribute."""
         self._span.set_attribute(key, value)
-        self._keep(key, value)
+        if self._measured:
+            self._keep(key, value)
 
     def update(self, attributes: Mapping[str, Any]) -> None:
         """Set several attributes at once."""
         self._span.set_attributes(attributes)
-        for key, value in attributes.items():
-            self._keep(key, value)
+        if self._measured:
+            for key, value in attributes.items():
+                self._keep(key, value)
 
     def _keep(self, key: str, value: object) -> None:
         if key in _LABELS:
+            if self._labels is None:
+                self._labels = {}
             self._labels[key] = str(value)
         elif key in _VALUES and isinstance(value, int):
+            if self._values is None:
+                self._values = {}
             self._values[key] = value
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
@@ -150,6 +174,62 @@ class LiveSpan:
         self._error = code
         self._span.set_attribute("error.type", code)
         self._span.set_status(Status(StatusCode.ERROR))
+
+
+@final
+class TimedStage:
+    """A stage with metrics inside a call whose span is not recorded: no span, only the
+    stage's duration, labels and numbers for :meth:`Live.measured`."""
+
+    __slots__ = ("_error", "_labels", "_live", "_name", "_started", "_values")
+
+    live = False
+
+    def __init__(self, live: Live, name: str, attributes: Mapping[str, Any] | None) -> None:
+        self._live = live
+        self._name = name
+        self._error: str | None = None
+        self._labels: dict[str, str] | None = None
+        self._values: dict[str, int] | None = None
+        self._started = 0.0
+        if attributes:
+            self.update(attributes)
+
+    def __enter__(self) -> TimedStage:
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None:
+            self._error = error_code(exc)
+        elapsed = time.perf_counter() - self._started
+        labels, values = self._labels or _NO_LABELS, self._values or _NO_VALUES
+        self._live.measured(self._name, labels, values, elapsed, self._error)
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """Keep a label or a number the stage's metrics use (nothing else is kept)."""
+        if key in _LABELS:
+            if self._labels is None:
+                self._labels = {}
+            self._labels[key] = str(value)
+        elif key in _VALUES and isinstance(value, int):
+            if self._values is None:
+                self._values = {}
+            self._values[key] = value
+
+    def update(self, attributes: Mapping[str, Any]) -> None:
+        """:meth:`set` for each attribute."""
+        for key, value in attributes.items():
+            self.set(key, value)
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """No-op (no span)."""
+
+    def fail(self, code: str) -> None:
+        """The stage failed with ``code`` (its metrics' outcome)."""
+        self._error = code
 
 
 @final
@@ -197,6 +277,7 @@ class Live:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         sources: Callable[[], list[tuple[str, int, int]]] = list,
+        ready: Callable[[], int] = int,
     ) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
@@ -243,6 +324,15 @@ class Live:
             "stockade.mcp.drift", [self._drift], unit="{tool}",
             description="Tools of each pinned MCP source whose live definition differs from the pin",
         )  # fmt: skip
+        self._ready = ready
+        meter.create_observable_gauge(
+            "stockade.sandbox.ready_instances", [self._ready_instances], unit="{instance}",
+            description="Instances instantiated ahead of the calls that will take them, ready now",
+        )  # fmt: skip
+        self.store_errors = meter.create_counter(
+            "stockade.store.errors", unit="{error}",
+            description="State-store operations that failed, by backend, operation and error code",
+        )  # fmt: skip
         self.egress_bytes = meter.create_counter(
             "stockade.egress.bytes", unit="By", description="Egress bytes by host and direction"
         )
@@ -256,8 +346,9 @@ class Live:
         error: str | None,
     ) -> None:
         """The metrics of one finished stage (its name, labels and numbers)."""
-        if name in _TIMED:
-            self.stage_duration.record(elapsed, {"stockade.stage": name})
+        stage = _STAGE_ATTRIBUTES.get(name)
+        if stage is not None:
+            self.stage_duration.record(elapsed, stage)
         if name == "stockade.call":
             by = {"stockade.tool": labels.get("stockade.tool", _UNKNOWN_TOOL),
                   "stockade.outcome": labels.get("stockade.outcome", error or "ok")}  # fmt: skip
@@ -287,6 +378,15 @@ class Live:
     def _drift(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(drifted, {"stockade.source": name}) for name, _, drifted in self._sources()]
 
+    def _ready_instances(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._ready())]
+
+    def store_error(self, backend: str, operation: str, code: str) -> None:
+        """One failed state-store operation."""
+        self.store_errors.add(1, {
+            "stockade.store.backend": backend, "stockade.store.operation": operation, "error.type": code,
+        })  # fmt: skip
+
     def audit_synced(self, records: int, seconds: float, failed: bool) -> None:
         """One group commit of the audit log."""
         if failed:
@@ -305,16 +405,27 @@ class Live:
         attributes: Mapping[str, Any] | None,
         parent: Mapping[str, str] | None,
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> LiveSpan | _Skipped:
-        """A stage's span (see :func:`host.observe.span`); nothing outside a call."""
-        if name not in _ROOTS and not _IN_CALL.get():
-            return SKIPPED
+    ) -> LiveSpan | TimedStage | _Skipped:
+        """A stage's span (see :func:`host.observe.span`); nothing outside a call, and only
+        the stage's measurements inside a call whose span is not recorded."""
+        if name not in _ROOTS:
+            state = _CALL.get()
+            if state == _OUTSIDE:
+                return SKIPPED
+            if state == _UNRECORDED:
+                return TimedStage(self, name, attributes) if name in _MEASURED else SKIPPED
         return LiveSpan(self, name, attributes, parent, kind)
 
     def trace_id(self) -> str | None:
         """The current span's trace id, if it is recorded."""
         context = trace.get_current_span().get_span_context()
         return format(context.trace_id, "032x") if context.is_valid else None
+
+    def outbound(self) -> list[tuple[str, str]]:
+        """The current span's trace context headers (none outside a recorded span)."""
+        headers: dict[str, str] = {}
+        _PROPAGATOR.inject(headers)
+        return list(headers.items())
 
     def span_ids(self) -> tuple[str, str] | None:
         """The current span's trace and span ids, if it is recorded."""

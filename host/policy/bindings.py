@@ -10,7 +10,8 @@ Package tool (``kind: "package"``)::
 
     {"domain": "stockade/tool-binding@1", "kind": "package", "tool": <name>,
      "effect": ..., "risk": ..., "permissions": [sorted declared permissions],
-     "http_allow": [each http.allow entry: scheme, host, port, path_prefix, methods; sorted],
+     "http_allow": [each http.allow entry: scheme, host, port, path_prefix, methods,
+                    and propagate_trace only when true; sorted],
      "credentials": [each http.credentials mapping: secret, location, hosts,
                      path_prefixes, optional; sorted],
      "signer": <the lock entry's key_id, or null when unsigned>,
@@ -70,6 +71,16 @@ def _sorted_dumps(items: Iterable[Any]) -> list[Any]:
     return sorted(dumps, key=canonical_json)
 
 
+def _allow_dumps(entries: Iterable[Any]) -> list[Any]:
+    """The allow entries; ``propagate_trace`` only when set, so older bindings keep their
+    digests and an entry that starts sending trace context asks again."""
+    dumps = [item.model_dump(mode="json") for item in entries]
+    for dump in dumps:
+        if dump.get("propagate_trace") is False:
+            dump.pop("propagate_trace")
+    return sorted(dumps, key=canonical_json)
+
+
 def package_document(tool: ToolDefinition, *, key_id: str | None) -> dict[str, Any]:
     """The canonical document a package tool's binding digest covers (module docstring)."""
     http = tool.package.http
@@ -80,7 +91,7 @@ def package_document(tool: ToolDefinition, *, key_id: str | None) -> dict[str, A
         "effect": _value(tool.effect),
         "risk": _value(tool.risk),
         "permissions": sorted(set(tool.permissions)),
-        "http_allow": [] if http is None else _sorted_dumps(http.allow),
+        "http_allow": [] if http is None else _allow_dumps(http.allow),
         "credentials": [] if http is None else _sorted_dumps(http.credentials),
         "signer": key_id,
     }

@@ -54,6 +54,7 @@ from typing import Final, final
 import wasmtime
 from wasmtime import component as wc
 
+from host import observe
 from host.runtime.calllog import CallLog
 from host.runtime.engine import POOL_FULL_RETRY_S, PoolFull, deadline_ticks
 from host.runtime.imports import current_context
@@ -138,6 +139,7 @@ class ReadyPools:
         self._thread: threading.Thread | None = None
         self.created = 0  # instances instantiated by the thread (tests, stats)
         self.taken = 0  # ready instances handed to calls
+        observe.watch_ready(self.ready_total)  # held weakly; read only by a metrics scrape
 
     # -- the call's side -------------------------------------------------------------
 
@@ -198,6 +200,11 @@ class ReadyPools:
         with self._cond:
             pool = self._pools.get(key)
             return len(pool) if pool is not None else 0
+
+    def ready_total(self) -> int:
+        """Instances ready now, over every key (the ``stockade.sandbox.ready_instances`` gauge)."""
+        with self._cond:
+            return sum(len(pool) for pool in self._pools.values())
 
     def close(self) -> None:
         """Stop the thread (joined) and drop every ready instance. Idempotent."""

@@ -33,6 +33,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from host import observe
 from host.errors import StockadeError, StoreUnavailable
 
 __all__ = ["MASK", "Conn", "Database", "DsnError", "WriteStarted", "committing", "redact_dsn"]
@@ -185,6 +186,7 @@ class Database:
         if isinstance(cause, psycopg.OperationalError):
             self._down_reason = self.describe(cause)
             self._down_until = time.monotonic() + self._probe_interval_s
+        observe.store_error("postgres", what, error.code)
         raise error(f"the store database failed to {what}: {self.describe(cause)}") from None
 
 
@@ -197,12 +199,14 @@ class Database:
             if not self._down_until:
                 return
             if now < self._down_until and self._probe_interval_s > 0:
+                observe.store_error("postgres", what, error.code)
                 raise error(f"the store database failed to {what}: unreachable ({self._down_reason})")
             self._down_until = now + self._probe_interval_s  # others fail fast during this probe
         try:
             psycopg.connect(self._dsn, connect_timeout=max(1, round(self._timeout_s))).close()
         except psycopg.Error as exc:
             self._down_reason = self.describe(exc)
+            observe.store_error("postgres", what, error.code)
             raise error(f"the store database failed to {what}: unreachable ({self._down_reason})") from None
         self._down_until = 0.0
         self._pool.check()

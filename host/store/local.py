@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, cast
 
+from host import observe
 from host._files import LockHeld, open_lock
 from host.approvals import ApprovalAuthority, ApprovalQueue
 from host.audit import AuditLog
@@ -178,6 +179,7 @@ def _lock(path: Path) -> int:
     try:
         return open_lock(path, blocking=False)
     except LockHeld:
+        observe.store_error("local", "open the store", StoreUnavailable.code)
         raise StoreUnavailable(
             f"the state dir {str(path.parent)!r} is in use by another host process",
             hint=(
@@ -186,5 +188,6 @@ def _lock(path: Path) -> int:
             ),
         ) from None
     except OSError as exc:
+        observe.store_error("local", "open the store", StoreUnavailable.code)
         why = exc.strerror or exc
         raise StoreUnavailable(f"cannot lock the state dir lock {str(path)!r}: {why}") from None

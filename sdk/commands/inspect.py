@@ -13,7 +13,8 @@ package is reported. Nothing runs and no host state is touched.
 The report leads with what a reviewer decides on: package, version, signer, a risk
 summary (tools by effect, which ask for approval, highest risk, network, secrets), then
 tools, egress, credentials, limits and schemas. It shows what each package may do: the
-hosts, ports, path prefixes and methods it may reach; each credential by secret name,
+hosts, ports, path prefixes and methods it may reach (and which are sent the call's trace
+context); each credential by secret name,
 where it is injected (bearer, basic, header, query) and for which hosts and paths; its
 limits; each tool's effect, risk, permissions, timeout, rate limit and schemas; and the
 component's imports, judged by the host's load-time checks (listing them compiles the
@@ -207,6 +208,7 @@ def summary_lines(p: Mapping[str, Any]) -> list[str]:
             ("plain http", any(e["scheme"] == "http" for e in allow)),
             ("non-default ports", any(e["origin"].rsplit(":", 1)[1] not in ("443", "80") for e in allow)),
             ("all paths", any(e["path_prefix"] in ("", "/") for e in allow)),
+            ("trace context sent", any(e.get("propagate_trace") for e in allow)),
         )
         if hit
     ]
@@ -241,7 +243,7 @@ def _render_package(p: Mapping[str, Any], console: Console, *, imports: bool) ->
     emit(
         console,
         "egress: reachable origins (nothing else)",
-        ("scheme://host:port", "path prefix", "methods"),
+        ("scheme://host:port", "path prefix", "methods", "trace context"),
         _egress_rows(p),
     )
     emit(
@@ -289,7 +291,10 @@ def _tool_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def _egress_rows(p: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    rows = [(e["origin"], e["path_prefix"], ", ".join(e["methods"])) for e in p["http"]["allow"]]
+    rows = [
+        (e["origin"], e["path_prefix"], ", ".join(e["methods"]), "sent" if e.get("propagate_trace") else "-")
+        for e in p["http"]["allow"]
+    ]
     return rows
 
 

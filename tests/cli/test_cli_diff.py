@@ -86,6 +86,7 @@ ESCALATIONS = [
     ("wildcard-replaces-literal", _set("http.allow.0.host", "*.tracker.example"), "http.wildcard"),
     ("new-method", _set("http.allow.0.methods", ["GET", "POST", "DELETE"]), "http.methods"),
     ("shorter-path-prefix", _set("http.allow.0.path_prefix", "/v1"), "http.path"),
+    ("trace-context-sent", _set("http.allow.0.propagate_trace", True), "http.trace"),
     ("plain-http", _add_allow({"scheme": "http", "host": "api.tracker.example", "path_prefix": "/v1/issues",
                                "methods": ["GET"]}), "http.scheme"),
     ("other-port", _add_allow({"scheme": "https", "host": "api.tracker.example", "port": 8443,

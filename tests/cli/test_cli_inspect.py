@@ -70,6 +70,19 @@ def test_inspect_names_where_each_credential_is_injected(tmp_path: Path, locatio
     assert shown in table.stdout
 
 
+def test_inspect_shows_which_origins_are_sent_the_calls_trace_context(tmp_path: Path) -> None:
+    manifest = make_manifest()
+    manifest["http"]["allow"][0]["propagate_trace"] = True
+    bundle = write_bundle(tmp_path / "b", manifest)
+    proc = run_cli("inspect", str(bundle), "--no-imports", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json_out(proc)["packages"][0]["http"]["allow"][0]["propagate_trace"] is True
+    table = run_cli("inspect", str(bundle), "--no-imports", cwd=tmp_path).stdout
+    assert "trace context sent" in table and "trace context" in table
+    plain = run_cli("inspect", str(write_bundle(tmp_path / "p", make_manifest())), "--no-imports", cwd=tmp_path)
+    assert "trace context sent" not in plain.stdout
+
+
 def test_inspect_table_shows_hosts_secrets_tools_and_imports(tmp_path: Path) -> None:
     bundle = _tracker_bundle(tmp_path, http_component())
     proc = run_cli("inspect", str(bundle), cwd=tmp_path)

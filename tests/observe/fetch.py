@@ -62,12 +62,18 @@ def api() -> Iterator[LoopbackServer]:
 
 
 def fetch_host(
-    tmp_path: Path, api: LoopbackServer, *, rate_limit: dict[str, int] | None = None, **kwargs: Any
+    tmp_path: Path,
+    api: LoopbackServer,
+    *,
+    rate_limit: dict[str, int] | None = None,
+    propagate_trace: bool = False,
+    **kwargs: Any,
 ) -> HostFixture:
     store = make_store(tmp_path)
     store.set("p", "alice", "echo_token", SECRET)
     http = {
-        "allow": [allow(API, api.port, path_prefix="/v1", methods=["GET"])],
+        "allow": [{**allow(API, api.port, path_prefix="/v1", methods=["GET"]),
+                   **({"propagate_trace": True} if propagate_trace else {})}],
         "credentials": [bearer("echo_token", [f"http://{API}:{api.port}"], ["/v1"])],
         "max_request_bytes": 1024, "max_response_bytes": 1024, "timeout_ms": 2000,
     }

@@ -303,6 +303,20 @@ def test_to_json_is_canonical_and_round_trips() -> None:
     assert PackageManifest.from_json(data) == manifest
 
 
+def test_allow_entry_sends_trace_context_only_when_it_says_so() -> None:
+    off = PackageManifest.from_json(manifest_bytes(make_manifest()))
+    assert off.http.allow[0].propagate_trace is False
+    assert "propagate_trace" not in json.loads(off.to_json())["http"]["allow"][0]  # bytes as before
+    raw = make_manifest()
+    raw["http"]["allow"][0]["propagate_trace"] = True
+    on = PackageManifest.from_json(manifest_bytes(raw))
+    assert on.http.allow[0].propagate_trace is True
+    assert json.loads(on.to_json())["http"]["allow"][0]["propagate_trace"] is True
+    raw["http"]["allow"][0]["propagate_trace"] = "yes"
+    with pytest.raises(ManifestInvalid, match="propagate_trace"):
+        PackageManifest.from_json(manifest_bytes(raw))
+
+
 def test_optional_fields_default_to_least_privilege() -> None:
     raw = make_manifest()
     del raw["http"]["credentials"]

@@ -97,8 +97,13 @@ def _with_wider_credential_host(doc: dict[str, Any]) -> None:
     doc["http"]["credentials"][0]["path_prefixes"] = ["/"]
 
 
+def _with_trace_context_sent(doc: dict[str, Any]) -> None:
+    doc["http"]["allow"][0]["propagate_trace"] = True
+
+
 WIDENINGS = {
     "adds-allowed-host": _with_host,
+    "sends-trace-context": _with_trace_context_sent,
     "adds-credential-mapping": _with_credential,
     "adds-permission": _with_permission,
     "widens-credential-path": _with_wider_credential_host,
@@ -120,6 +125,14 @@ def test_allow_turns_into_ask_when_the_new_version_widens_what_the_tool_reaches(
     assert (detail.mode, detail.rebind) == (ToolMode.ASK, True)
     assert detail.recorded == package_binding(old, key_id=KEY) != detail.current
     assert mode(store, old) is ToolMode.ALLOW  # the record itself is unchanged
+
+
+def test_binding_of_an_entry_not_sending_trace_context_is_as_before_the_field() -> None:
+    doc = make_manifest(tools=[make_tool(name=TOOL, effect="write", risk="medium")])
+    explicit = copy.deepcopy(doc)
+    explicit["http"]["allow"][0]["propagate_trace"] = False
+    assert "propagate_trace" not in package_document(definition(explicit), key_id=KEY)["http_allow"][0]
+    assert package_binding(definition(explicit), key_id=KEY) == package_binding(definition(doc), key_id=KEY)
 
 
 def test_allow_turns_into_ask_when_a_read_tool_becomes_a_write(store: ToolPolicyStore) -> None:
