@@ -192,7 +192,9 @@ class ApprovalAuthority:
 class PendingApproval(BaseModel):
     """One queued action, as stored and as listed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # defer_build: validators are built on first use, not at import (CLI start-up time):
+    # the approval queue's files are read only when an approval is queued or decided.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     action_digest: str = Field(pattern=_HEX64)
     project: str = Field(min_length=1, max_length=128)
@@ -217,7 +219,7 @@ class PendingApproval(BaseModel):
 
 
 class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     format: Literal["stockade.approvals/1"]
     entries: tuple[PendingApproval, ...]

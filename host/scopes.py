@@ -392,7 +392,9 @@ def use_record(signed: SignedScope, use: ScopeUse, **extra: object) -> dict[str,
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # defer_build: validators are built on first use, not at import (CLI start-up time):
+    # scope files are read only when a scope is presented or listed.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     signed: SignedScope
     used: dict[str, int] = Field(default_factory=dict)
@@ -403,14 +405,14 @@ class _Entry(BaseModel):
 
 
 class _Journaled(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     kind: str
     payload: dict[str, Any]
 
 
 class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     format: Literal["stockade.scopes/1"]
     scopes: tuple[_Entry, ...]

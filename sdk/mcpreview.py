@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from host.canonical import canonical_json
 from host.config import Ceilings
@@ -21,10 +21,12 @@ from host.formats.mcppin import (
     tool_unbounded,
 )
 from host.mcpsource.hosting import binding_digests
-from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
 from host.secrets import SecretsStore
 from host.trust.lock import PackageLock, TrustedKeys
 from sdk._manifestdiff import Change
+
+if TYPE_CHECKING:  # the MCP client stack (bwrap, seccomp) loads only to probe a live server
+    from host.mcpsource.source import ToolDrift
 
 __all__ = ["live_drift", "mcp_changes", "mcp_report", "pinned_sources"]
 
@@ -94,6 +96,8 @@ def live_drift(
 ) -> list[ToolDrift]:
     """Start the declared server once and compare its live tools with ``current`` (scrubbed
     of the secrets the server was given)."""
+    from host.mcpsource.source import compare, probe, scrub_drift  # noqa: PLC0415
+
     live, scrub = probe(decl, state_dir=state_dir, secrets=secrets)  # errors come scrubbed
     return [scrub_drift(d, scrub) for d in compare(current, live)[1]]
 

@@ -52,10 +52,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
-
-import wasmtime
-from wasmtime import component as wc
+from typing import TYPE_CHECKING, Any, Final
 
 from host.config import DEFAULT_CEILINGS, Ceilings, HostConfig
 from host.errors import ComponentRefused
@@ -65,14 +62,16 @@ from host.mcpsource.hosting import binding_digests
 from host.policy.bindings import package_binding, package_bindings
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolSelector, read_user_policy
 from host.runtime.binary import census, check_header
-from host.runtime.checks import check_component
 from host.trust.bundlestore import OciSource
 from host.trust.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.trust.registry import Binding, FrozenRegistry
-from sdk._artifacts import cached_component, remember
 from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
 from sdk.mcpreview import mcp_changes, mcp_report, pinned_sources
+
+if TYPE_CHECKING:  # annotations: wasmtime loads when a report lists a component's imports
+    import wasmtime
+    from wasmtime import component as wc
 
 __all__ = [
     "Change",
@@ -615,6 +614,8 @@ def lock_report(
 
 
 def _imports(component: wc.Component, engine: wasmtime.Engine) -> list[dict[str, Any]]:
+    from wasmtime import component as wc  # noqa: PLC0415 - see the TYPE_CHECKING import
+
     listed = []
     for name, extern in component.type.imports(engine).items():
         ty = extern.ty
@@ -640,6 +641,11 @@ def component_report(module: bytes) -> dict[str, Any]:
         ``{"accepted": bool, "refusal": {"code", "message"} | None, "imports":
         [{"name", "kind", "functions", "types"}], "exports": [names]}``.
     """
+    # wasmtime (under the checks and the artifact cache) loads only when a component is listed:
+    # ``inspect --no-imports`` and the lock and diff reports start without it.
+    from host.runtime.checks import check_component  # noqa: PLC0415
+    from sdk._artifacts import cached_component, remember  # noqa: PLC0415
+
     report: dict[str, Any] = {"accepted": False, "refusal": None, "imports": [], "exports": []}
     try:
         check_header(module)

@@ -34,7 +34,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import threading
@@ -44,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from host import observe
 from host._files import UnsafePermissions, check_trusted
@@ -80,7 +79,6 @@ from host.config import HostConfig
 from host.egress.oauth import OAuthBroker, OAuthStage, TokenEndpoint
 from host.egress.policy import Resolver, system_resolver
 from host.egress.port import DenyAllEgress, EgressPort
-from host.egress.transport import TransportFactory
 from host.errors import (
     ApprovalRequired,
     CallCancelled,
@@ -93,7 +91,6 @@ from host.formats.schema import canonicalize
 from host.formats.schemaprofile import PROFILE_EXTERNAL, canonicalize_external
 from host.formats.scope import SignedScope
 from host.mcpsource import hosting as mcp_hosting
-from host.mcpsource.source import McpSource
 from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
@@ -111,6 +108,11 @@ from host.tools.base import HostToolSet, stale
 from host.tools.preopens import PluginReads, unblock_fifos_after
 from host.trust.registry import FrozenRegistry, ToolDefinition
 from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage
+
+if TYPE_CHECKING:  # annotations only: the MCP client stack loads when a lock pins sources,
+    # the transport (httpcore2) with the first egress session
+    from host.egress.transport import TransportFactory
+    from host.mcpsource.source import McpSource
 
 __all__ = ["CallResult", "ErrorInfo", "Host", "ProgressHook", "Usage"]
 
@@ -434,6 +436,8 @@ class Host:
 
     async def acall(self, request: CallRequest | Mapping[str, Any]) -> CallResult:
         """The same pipeline as :meth:`call`, run in a worker thread."""
+        import asyncio  # noqa: PLC0415 - only acall needs it (CLI start-up time)
+
         return await asyncio.to_thread(self.call, request)
 
     @between_swaps

@@ -21,6 +21,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from host.adapters.schemas import check_model_names
 from host.audit import AuditLog
@@ -31,7 +32,6 @@ from host.errors import AuditUnavailable
 from host.formats.mcppin import PinnedSource, load_pinned_sources
 from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.rpc import McpNetwork
-from host.mcpsource.source import McpSource
 from host.policy.bindings import package_bindings
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
 from host.secrets import SecretsStore
@@ -40,6 +40,9 @@ from host.store.port import StateStore
 from host.tools.base import HostToolSet
 from host.trust.lock import LoadedLock, TrustedKeys, load_lock
 from host.trust.registry import FrozenRegistry
+
+if TYPE_CHECKING:  # annotations only: the MCP client stack loads when a lock pins sources
+    from host.mcpsource.source import McpSource
 
 __all__ = [
     "Generation",

@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from host.config import HostConfig
 from host.egress.oauth import OAuthBroker, OAuthStage, token_policy
 from host.egress.policy import EgressPolicy, Resolver
 from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.egress.session import EgressSession
-from host.egress.transport import TransportFactory
 from host.errors import CredentialUnavailable
 from host.redact import Redactor
 from host.runtime import SandboxLimits
 from host.secrets import SecretsStore, SecretValue
 from host.trust.registry import ToolDefinition
 from host.types import InvocationPlan, Principal
+
+if TYPE_CHECKING:  # an annotation: the transport (httpcore2) loads with the first egress session
+    from host.egress.transport import TransportFactory
 
 __all__ = [
     "ReportingEgress",

@@ -81,10 +81,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import urljoin
-
-import httpx2
 
 from host import observe
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
@@ -100,11 +98,18 @@ from host.egress.hygiene import (
 from host.egress.policy import EgressPolicy, EgressTarget, Resolver
 from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
 from host.egress.router import CredentialMappingLike, CredentialRouter, apply_injections
-from host.egress.transport import Pins, TransportFactory, checked_transport, pinned_transport_factory
 from host.egress.urls import normalize_url
 from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
 from host.redact import Redactor
 from host.secrets import SecretValue
+
+# httpx2 and the transport (httpcore2, ssl) load when the first session is made, not when
+# this module is imported: a host whose packages declare no network, and the CLI, start
+# without them; the call pipeline imports this module for its isinstance checks.
+if TYPE_CHECKING:
+    import httpx2
+
+    from host.egress.transport import TransportFactory
 
 __all__ = [
     "MAX_REDIRECTS",
@@ -253,6 +258,12 @@ class EgressSession:
         reauth: Reauth | None = None,
         reauth_secrets: frozenset[str] = frozenset(),
     ) -> None:
+        from host.egress.transport import (  # noqa: PLC0415 - see the TYPE_CHECKING import
+            Pins,
+            checked_transport,
+            pinned_transport_factory,
+        )
+
         if max_requests < 0:
             raise ValueError("max_requests must be >= 0")
         self.package = package
@@ -460,6 +471,8 @@ class EgressSession:
         *,
         deadline: float,
     ) -> httpx2.Response:
+        import httpx2  # noqa: PLC0415 - loaded by __init__ already: a dict lookup
+
         try:
             addresses = self._vet(target, deadline)
             url = target.normalized()
@@ -551,6 +564,8 @@ class EgressSession:
         decoded here by :class:`BodyDecoder`: at most ``limit`` decoded bytes plus one
         chunk are ever held.
         """
+        import httpx2  # noqa: PLC0415 - loaded by __init__ already: a dict lookup
+
         limit = self._http.max_response_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:

@@ -148,7 +148,9 @@ def _pin_path(value: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # defer_build: validators are built on first use, not at import (CLI start-up time):
+    # the MCP pin models are validated only for a lock with MCP sources.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 Name = Annotated[str, AfterValidator(_name)]

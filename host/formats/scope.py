@@ -63,7 +63,9 @@ MAX_INPUTS: Final = 256  # input digests one tool entry may name
 MAX_CALLS: Final = 1_000_000  # calls one scope (or one of its tools) may allow
 _HEX64 = r"^[0-9a-f]{64}$"
 _ID = r"^scope_[0-9a-f]{32}$"
-_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+# defer_build: validators are built on first use, not at import (CLI start-up time):
+# scopes are validated only when a job presents or a person grants one.
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 _Name = Annotated[str, Field(min_length=1, max_length=256)]
 _Count = Annotated[int, Field(ge=1, le=MAX_CALLS)]

@@ -55,7 +55,9 @@ _TOKEN_RE: Final = re.compile(r"stk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 class TokenEntry(BaseModel):
     """One token's record (no token, only its salted hash)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # defer_build: validators are built on first use, not at import (CLI start-up time):
+    # bearer tokens are read only by the MCP HTTP server.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     id: str = Field(pattern=r"^[0-9a-f]{16}$")
     project: str = Field(min_length=1, max_length=128)
@@ -68,7 +70,7 @@ class TokenEntry(BaseModel):
 
 
 class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     format: Literal["stockade.tokens/1"]
     tokens: tuple[TokenEntry, ...] = Field(max_length=MAX_TOKENS)

@@ -19,13 +19,13 @@ from host.canonical import parse_json
 from host.formats.manifest import PackageManifest
 from host.formats.mcppin import PinnedSource
 from host.mcpsource.rpc import McpNetwork
-from host.mcpsource.source import McpSource
 from host.policy.bindings import mcp_binding
 from host.runtime import SandboxResult, SandboxUsage
 from host.secrets import SecretsStore
 from host.trust.registry import Binding
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # McpSource: the client stack (bwrap, seccomp, stdio) loads only for a lock with sources
+    from host.mcpsource.source import McpSource
     from host.store.port import AuditSink
 
 __all__ = ["invoke", "registry_items", "start_sources"]
@@ -68,6 +68,10 @@ def start_sources(
 
     ``network`` is how HTTP sources are reached (the host's resolver, CA file, loopback opt-in).
     """
+    if not sources:
+        return {}
+    from host.mcpsource.source import McpSource  # noqa: PLC0415 - see the TYPE_CHECKING import
+
     started: dict[str, McpSource] = {}
     for pinned in sources:
         source = McpSource(pinned, state_dir=state_dir, secrets=secrets, audit=audit, network=network)

@@ -348,11 +348,15 @@ class UserToolPolicy:
 _Name = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
 ]
-_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+# defer_build: validators are built on first use, not at import (CLI start-up time):
+# tool-policy files are read only where they exist.
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class _ClassSel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, defer_build=True, populate_by_name=False
+    )
 
     effect_class: Literal["read", "write", "execute", "external"] = Field(alias="class")
 

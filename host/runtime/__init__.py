@@ -14,6 +14,9 @@ Example::
 
 from __future__ import annotations
 
+import importlib as _importlib
+import typing as _typing
+
 from host.runtime.models import (
     CacheStats,
     LogLine,
@@ -22,8 +25,19 @@ from host.runtime.models import (
     SandboxResult,
     SandboxUsage,
 )
-from host.runtime.runtime import Runtime
-from host.runtime.sandbox import LoadedComponent, Preopen
+
+if _typing.TYPE_CHECKING:
+    from host.runtime.runtime import Runtime
+    from host.runtime.sandbox import LoadedComponent, Preopen
+
+# The engine's names are imported on first use (PEP 562): the data types above are what
+# ``host.runtime.models`` users need (reports, MCP results, the CLI), and importing them
+# must not load wasmtime, whose import is the largest single cost of the CLI's start-up.
+_LAZY: dict[str, str] = {
+    "LoadedComponent": "host.runtime.sandbox",
+    "Preopen": "host.runtime.sandbox",
+    "Runtime": "host.runtime.runtime",
+}
 
 __all__ = [
     "CacheStats",
@@ -36,3 +50,17 @@ __all__ = [
     "SandboxResult",
     "SandboxUsage",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import an engine name from its module on first access (see ``_LAZY``)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'host.runtime' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -35,10 +35,6 @@ from pathlib import Path
 from host.config import HostConfig
 from host.egress.policy import Resolver
 from host.tools.base import HOST_PACKAGE, HostCall, HostTool, HostToolSet, Prepared, Ran, bind_digest
-from host.tools.exec import Commands, exec_tool
-from host.tools.fs import Workspaces, edit_tool, list_tool, read_tool
-from host.tools.fs_search import search_tool
-from host.tools.fs_write import write_tool
 
 __all__ = [
     "HOST_PACKAGE",
@@ -70,6 +66,13 @@ def host_tools_for(
     """
     if not config.workspaces:
         return None
+    # The tools' modules (and exec's sandbox, bwrap and seccomp) load only for a host that
+    # serves them: a host without workspaces, and the CLI, start without them.
+    from host.tools.exec import Commands, exec_tool  # noqa: PLC0415
+    from host.tools.fs import Workspaces, edit_tool, list_tool, read_tool  # noqa: PLC0415
+    from host.tools.fs_search import search_tool  # noqa: PLC0415
+    from host.tools.fs_write import write_tool  # noqa: PLC0415
+
     workspaces = Workspaces(config.workspaces, protected=[config.state_dir, *protected])
     tools = [read_tool(workspaces), edit_tool(workspaces), write_tool(workspaces), list_tool(workspaces),
              search_tool(workspaces)]  # fmt: skip

@@ -107,7 +107,9 @@ def store_bundle_path(digest: str) -> str:
 class OciSource(BaseModel):
     """A lock entry's source: the OCI repository and manifest digest it was pulled from."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # defer_build: validators are built on first use, not at import (CLI start-up time):
+    # the bundle store is read only when a lock names an OCI source.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     format: Literal["stockade.source.oci/1"]
     repository: Annotated[str, AfterValidator(check_repository)]

@@ -537,8 +537,11 @@ def approver_options(key_file: Path | None, trusted_file: Path | None) -> dict[s
 
 @contextmanager
 def _compile_progress(*, enabled: bool) -> Iterator[Callable[[ProgressEvent], None] | None]:
+    if not enabled or not _may_be_terminal():  # rich's import costs start-up time: skip it
+        yield None
+        return
     console = stderr_console()
-    if not enabled or not console.is_terminal:
+    if not console.is_terminal:
         yield None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -552,6 +555,17 @@ def _compile_progress(*, enabled: bool) -> Iterator[Callable[[ProgressEvent], No
             bar.update(task, description=f"{verb} {event.name}", completed=event.done, total=event.total)
 
         yield report
+
+
+def _may_be_terminal() -> bool:
+    """Whether rich could judge stderr a terminal: it is a tty, or rich's overrides
+    (``TTY_COMPATIBLE``, ``FORCE_COLOR``) are set; without them a bar is never drawn."""
+    if os.environ.get("TTY_COMPATIBLE") or os.environ.get("FORCE_COLOR") is not None:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
 
 
 def stdout_console() -> Console:

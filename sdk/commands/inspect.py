@@ -54,7 +54,6 @@ from sdk.commands._common import (
     stdout_console,
 )
 from sdk.commands._layout import emit
-from sdk.commands.lockmcp import render_mcp_source
 from sdk.review import bundle_report, lock_report
 
 if TYPE_CHECKING:
@@ -185,8 +184,11 @@ def render(report: Mapping[str, Any], console: Console, *, imports: bool = False
         console.print(f"  digest   {report['digest']}\n  previous {report['previous']}", highlight=False)
     for package in report["packages"]:
         _render_package(package, console, imports=imports)
-    for source in report.get("mcp", []):
-        render_mcp_source(source, console)
+    if report.get("mcp"):  # lockmcp imports the MCP client stack: only for a lock with sources
+        from sdk.commands.lockmcp import render_mcp_source
+
+        for source in report["mcp"]:
+            render_mcp_source(source, console)
 
 
 _RISKS = ("low", "medium", "high", "critical")

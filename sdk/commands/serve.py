@@ -50,7 +50,9 @@ from typing import Any, Final
 
 from host import FilePolicyEngine, Host, Principal
 from host.audit import AuditLog
+from host.errors import AuditUnavailable
 from host.runtime.models import ProgressEvent
+from host.store.local import check_state_dir_free
 from sdk.commands._common import (
     EXIT_OK,
     UsageFailed,
@@ -327,7 +329,7 @@ def _serve(args: argparse.Namespace) -> int:
     shared: Any = None
     if spec != "local":
         shared = open_store_spec(spec, **checkpoint_options(host_config(args, root)))
-    audit = AuditLog(root / "audit.log") if shared is None else None
+    audit = _local_audit(root) if shared is None else None
     try:
         app = StockadeMCP(
             lambda: _open(args, root, audit, shared),
@@ -409,6 +411,23 @@ def _token_file(path: Path) -> Any:
     note = "" if count else "; it holds none, so every request is refused (401) until `stockade tokens add`"
     print(f"stockade serve: bearer tokens from {path} ({count} tokens){note}", file=sys.stderr, flush=True)
     return tokens
+
+
+def _local_audit(root: Path) -> AuditLog:
+    """The local store's audit log, opened before the host so it stays open across
+    generations.
+
+    Raises:
+        StoreUnavailable: another host process (a second ``serve``) holds the state dir:
+            the refusal a second local store gets, whose hint names the PostgreSQL store,
+            rather than the audit log's own "open in another writer".
+        AuditUnavailable: the audit log cannot be opened for another reason.
+    """
+    try:
+        return AuditLog(root / "audit.log")
+    except AuditUnavailable:
+        check_state_dir_free(root)
+        raise
 
 
 def _open(args: argparse.Namespace, root: Path, audit: AuditLog | None, store: Any) -> Host:
