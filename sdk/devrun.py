@@ -46,7 +46,7 @@ from host.egress.transport import Pins, TransportFactory, pinned_transport_facto
 from host.errors import StockadeError
 from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
-from host.secrets import check_secret
+from host.secrets.store import check_secret
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle

@@ -69,9 +69,9 @@ from host.canonical import canonical_json
 from host.config import DEFAULT_CEILINGS, Ceilings, WorkspaceGrant
 from host.egress.transport import Pins
 from host.errors import StockadeError
-from host.redact import Redactor
 from host.runtime import ProgressEvent
-from host.secrets import MasterKey, SecretsStore
+from host.secrets.redact import Redactor
+from host.secrets.store import MasterKey, SecretsStore
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
@@ -552,7 +552,7 @@ class Harness:
 
     @property
     def audit_path(self) -> Path:
-        """The audit log file (verify it with ``host.audit.verify``)."""
+        """The audit log file (verify it with ``host.audit.log.verify``)."""
         return self._tmp / "audit.log"
 
     def close(self) -> None:

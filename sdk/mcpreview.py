@@ -22,7 +22,7 @@ from host.formats.mcppin import (
 )
 from host.mcpsource.hosting import binding_digests
 from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.trust.lock import PackageLock, TrustedKeys
 from sdk._manifestdiff import Change
 

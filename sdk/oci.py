@@ -57,7 +57,7 @@ import httpx2
 
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.errors import DigestMismatch, RegistryRefused, RegistryUnavailable
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 from host.trust.bundlestore import check_digest, check_repository, check_tag
 
 __all__ = [

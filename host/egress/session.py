@@ -100,8 +100,8 @@ from host.egress.router import CredentialMappingLike, CredentialRouter, apply_in
 from host.egress.transport import Pins, TransportFactory, checked_transport, pinned_transport_factory
 from host.egress.urls import normalize_url
 from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
-from host.redact import Redactor
-from host.secrets import SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretValue
 
 __all__ = [
     "MAX_REDIRECTS",

@@ -22,7 +22,7 @@ from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import McpSource
 from host.policy.bindings import mcp_binding
 from host.runtime import SandboxResult, SandboxUsage
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.trust.registry import Binding
 
 if TYPE_CHECKING:

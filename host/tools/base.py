@@ -45,7 +45,7 @@ from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ApprovalInvalid, StockadeError, ToolFailed
 from host.formats.manifest import Effect, PackageManifest, Risk
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 from host.tools.preopens import PluginReads
 from host.trust.registry import Binding, ToolDefinition
 from host.types import InvocationPlan, Principal

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from host import FilePolicyEngine, Host, Principal
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.runtime.models import ProgressEvent
 from sdk.commands._common import (
     EXIT_OK,

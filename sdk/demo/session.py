@@ -22,7 +22,7 @@ from rich.prompt import Confirm
 from rich.text import Text
 
 from host import CallRequest, CallResult, Host, Principal
-from host.audit import verify
+from host.audit.log import verify
 from host.formats.manifest import Effect
 from host.trust.registry import ToolDefinition
 from host.types import Preview

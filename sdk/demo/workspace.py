@@ -33,7 +33,7 @@ from host.canonical import canonical_json, digest_json, sha256_hex
 from host.files import create_exclusive
 from host.formats.manifest import PackageManifest
 from host.policy.engine import FilePolicyEngine
-from host.secrets import MasterKey, SecretsStore, generate_key_file
+from host.secrets.store import MasterKey, SecretsStore, generate_key_file
 from sdk._cachedir import cache_root as user_cache_root
 from sdk.build import BuildResult, build_project
 from sdk.bundle import generate_keypair, read_bundle, sign_package, write_keys_file

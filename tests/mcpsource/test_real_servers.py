@@ -28,7 +28,7 @@ from host.formats.mcppin import McpDeclaration, tool_unbounded
 from host.formats.schemaprofile import PROFILE_EXTERNAL
 from host.mcp.server import ServeOptions, StockadeMCP
 from host.mcpsource.pinning import PinResult, pin_source
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from sdk.lockfile import add_mcp
 from tests.support.secrets import make_store
 

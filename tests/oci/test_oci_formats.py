@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from host.errors import ArtifactInvalid, LockInvalid, SecretsUnavailable
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 from host.trust.bundlestore import OciSource, store_bundle_path
 from host.trust.lock import PackageLock
 from sdk.oci import RegistryClient, RegistryCredential, parse_reference

@@ -232,7 +232,7 @@ def test_registry_credential_never_sent_to_look_alike_registry(
     (both names of one hostile server on loopback here): the lossy secret name was shared."""
     import socket  # noqa: PLC0415
 
-    from host.secrets import MasterKey, SecretsStore  # noqa: PLC0415
+    from host.secrets.store import MasterKey, SecretsStore  # noqa: PLC0415
     from sdk.cli import main  # noqa: PLC0415
     from sdk.ocicreds import REGISTRY_SECRET_PRINCIPAL, REGISTRY_SECRET_SCOPE  # noqa: PLC0415
 

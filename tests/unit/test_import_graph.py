@@ -30,7 +30,7 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
         # Observability hooks (no-ops until enabled); they import nothing of host.
         "host.observe",
     ]),
-    ("secrets", ["host.secrets", "host._masterkey", "host.redact"]),
+    ("secrets", ["host.secrets"]),
     ("egress", ["host.egress"]),
     # The formats of what a lock pins: the schema subset and the external profile, the
     # manifest, the operator's host file, and the MCP source pin (host/formats/).
@@ -39,7 +39,7 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
     # The process sandbox (bubblewrap, seccomp, rlimits) of exec.run and stdio MCP servers.
     ("process sandbox", ["host.sandbox"]),
     ("audit, runtime, policy", [
-        "host.audit", "host.auditkey", "host.runtime", "host.policy", "host.ratelimit", "host.approvals",
+        "host.audit", "host.runtime", "host.policy", "host.ratelimit", "host.approvals",
         "host.approverkey", "host.adapters", "host.scopes",
     ]),
     ("store", ["host.store"]),
