@@ -72,10 +72,11 @@ from host.errors import StockadeError
 from host.runtime import ProgressEvent
 from host.secrets.redact import Redactor
 from host.secrets.store import MasterKey, SecretsStore
+from host.trust.lock import LOCK_FORMAT
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
-from sdk.build import ProgressCallback, build_project
+from sdk.author.build import ProgressCallback, build_project
+from sdk.author.project import PROJECT_FILE
 from sdk.bundle import Bundle, read_bundle
-from sdk.project import PROJECT_FILE
 
 __all__ = [
     "PROJECT",
@@ -598,7 +599,7 @@ def write_workspace(
         "signature": None,
         "key_id": None,
     }
-    doc = {"format": "stockade.lock/1", "generation": 1, "previous": None, "packages": [entry]}
+    doc = {"format": LOCK_FORMAT, "generation": 1, "previous": None, "packages": [entry]}
     lock.write_bytes(canonical_json(doc))
     policy = FilePolicyEngine.initialize(tmp / "policy.json")
     grants = set()

@@ -1,5 +1,5 @@
 """The ``stockade new --template`` projects: the one home of their texts (the logic that
-writes them is :mod:`sdk.scaffold`). Shared fragments (the schema note, the bearer
+writes them is :mod:`sdk.author.scaffold`). Shared fragments (the schema note, the bearer
 credential, the test harness fixtures) are written once and joined in.
 
 - ``read-api`` (the default): a read tool with input validation and a GET tool that

@@ -48,7 +48,7 @@ from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
 from host.secrets.store import check_secret
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
-from sdk.build import ProgressCallback, build_project
+from sdk.author.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
 from sdk.harness import _basic_usernames, _Secrets, write_workspace
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from host.runtime import ProgressEvent
+from sdk.author.project import PROJECT_FILE
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
 from sdk.commands._progress import TEMPORARY_BUNDLE_NOTE, author_progress, problems_listed
 from sdk.harness import Harness
-from sdk.project import PROJECT_FILE
 
 
 def register(sub: Any) -> None:

@@ -44,7 +44,7 @@ from host.errors import SecretsUnavailable
 from host.files import read_regular
 from host.secrets.store import SecretsStore, SecretValue
 from host.trust.bundlestore import check_repository
-from sdk.oci import RegistryCredential
+from sdk.oci.client import RegistryCredential
 
 __all__ = [
     "REGISTRY_SECRET_PRINCIPAL",

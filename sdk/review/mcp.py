@@ -13,6 +13,7 @@ from typing import Any
 from host.canonical import canonical_json
 from host.config import Ceilings
 from host.formats.mcppin import (
+    PIN_FORMAT,
     McpDeclaration,
     McpPin,
     PinnedSource,
@@ -24,7 +25,7 @@ from host.mcpsource.hosting import binding_digests
 from host.mcpsource.source import ToolDrift, compare, probe, scrub_drift
 from host.secrets.store import SecretsStore
 from host.trust.lock import PackageLock, TrustedKeys
-from sdk._manifestdiff import Change
+from sdk.review._manifestdiff import Change
 
 __all__ = ["live_drift", "mcp_changes", "mcp_report", "pinned_sources"]
 
@@ -110,7 +111,7 @@ def mcp_changes(old: Sequence[PinnedSource], new: Sequence[PinnedSource]) -> Ite
             continue
         if before is None:
             yield Change("mcp.source.added", name, f"new MCP source {name} ({_where(after.source)})", True)
-            before = McpPin(format="stockade.mcp-pin/1", source=after.source, tools=())
+            before = McpPin(format=PIN_FORMAT, source=after.source, tools=())
         yield from _source_changes(name, before, after)
 
 

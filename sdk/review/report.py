@@ -69,9 +69,9 @@ from host.trust.bundlestore import OciSource
 from host.trust.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.trust.registry import Binding, FrozenRegistry
 from sdk._artifacts import cached_component, remember
-from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
-from sdk.mcpreview import mcp_changes, mcp_report, pinned_sources
+from sdk.review._manifestdiff import Change, credential_location, manifest_changes
+from sdk.review.mcp import mcp_changes, mcp_report, pinned_sources
 
 __all__ = [
     "Change",

@@ -16,7 +16,7 @@ from host.formats.manifest import Effect, Risk
 from host.formats.mcppin import McpDeclaration
 from host.mcpsource.pinning import PinResult, pin_source
 from host.secrets.store import SecretsStore
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.support.secrets import make_store
 
 SERVER = Path(__file__).with_name("server.py")

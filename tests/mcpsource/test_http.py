@@ -29,7 +29,7 @@ from host.mcpsource.egress import SourceTransport
 from host.mcpsource.pinning import PinResult, pin_source
 from host.mcpsource.rpc import McpNetwork
 from host.secrets.store import SecretsStore
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, TOKEN, TOOLS, offered, request
 from tests.mcpsource.fifos import Signal
 from tests.support.secrets import make_store

@@ -11,7 +11,7 @@ import time
 
 from host.audit.log import verify
 from host.mcpsource.pinning import pin_source, pin_tools
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, TOKEN, TOOLS, McpWorld, declaration, offered, request
 
 
