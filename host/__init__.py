@@ -20,19 +20,19 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from host.audit import AuditLog
+    from host.audit.log import AuditLog
     from host.call.host import Host
     from host.config import Ceilings, HostConfig
     from host.errors import StockadeError
     from host.policy.engine import FilePolicyEngine
-    from host.secrets import MasterKey, SecretsStore
+    from host.secrets.store import MasterKey, SecretsStore
     from host.types import Approval, CallRequest, CallResult, ErrorInfo, InvocationPlan, Principal, Usage
 
 # Each public name is imported from its module on first use (PEP 562), so that
-# ``import host.errors`` or ``import host.audit`` stays cheap: the CLI's start-up time
+# ``import host.errors`` or ``import host.audit.log`` stays cheap: the CLI's start-up time
 # depends on it; ``from host import Host`` still works unchanged.
 _EXPORTS: dict[str, str] = {
-    "AuditLog": "host.audit",
+    "AuditLog": "host.audit.log",
     "Ceilings": "host.config",
     "HostConfig": "host.config",
     "StockadeError": "host.errors",
@@ -45,8 +45,8 @@ _EXPORTS: dict[str, str] = {
     "Principal": "host.types",
     "Usage": "host.types",
     "FilePolicyEngine": "host.policy.engine",
-    "MasterKey": "host.secrets",
-    "SecretsStore": "host.secrets",
+    "MasterKey": "host.secrets.store",
+    "SecretsStore": "host.secrets.store",
 }
 
 __all__ = [

@@ -313,7 +313,7 @@ class HostConfig:
             record is on disk; concurrent calls share fsyncs) or ``"flush"`` (written to
             the OS before the call returns; fsynced within ``audit_flush_interval_ms``
             and on close). Intent records of non-read calls are on disk before the
-            guest starts in both modes (see :mod:`host.audit`).
+            guest starts in both modes (see :mod:`host.audit.log`).
         audit_flush_interval_ms: ms, the longest a ``flush``-mode record waits for fsync.
         audit_checkpoint_every: records between two signed audit checkpoints (at most).
         audit_checkpoint_interval_s: s, the longest records wait for a signed checkpoint

@@ -12,7 +12,7 @@ Definitions (stable; authors' tools and reviewers rely on them):
   - ``"stockade/lock@1"`` (:func:`lock_statement`): the whole lock body
     (``format``, ``generation``, ``previous``, ``packages``) plus ``"statement"``,
     made by an operator key;
-  - ``"stockade/audit-checkpoint@1"``: audit checkpoints (:mod:`host.audit`, signed by
+  - ``"stockade/audit-checkpoint@1"``: audit checkpoints (:mod:`host.audit.log`, signed by
     the host's audit key);
   - ``"stockade/mcp-source@1"``: an external MCP source's pin
     (:func:`host.formats.mcppin.source_statement`);

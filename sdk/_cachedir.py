@@ -3,9 +3,9 @@
 One root per user (:func:`host.runtime.cache.user_cache_dir`): ``$STOCKADE_CACHE_DIR``
 if set, else ``$XDG_CACHE_HOME/stockade``, else ``~/.cache/stockade``. Below it:
 
-    builds/              build cache (module bytes by source digest, sdk.build)
+    builds/              build cache (module bytes by source digest, sdk.author.build)
     artifacts/           compiled-artifact cache and its HMAC key (host.runtime.cache)
-    toolchain/js-<pin>/  the JavaScript toolchain (sdk.toolchain)
+    toolchain/js-<pin>/  the JavaScript toolchain (sdk.author.toolchain)
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from sdk.commands._common import (
 )
 
 if TYPE_CHECKING:
-    from sdk.build import BuildError
+    from sdk.author.build import BuildError
 
 __all__ = ["EXIT_ESCALATION", "EXIT_FAILED", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -322,9 +322,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _as_build_error(exc: Exception) -> BuildError | None:
-    """``exc`` if it is a ``sdk.build.BuildError`` (without importing sdk.build: a
+    """``exc`` if it is a ``sdk.author.build.BuildError`` (without importing sdk.author.build: a
     BuildError can only exist if the module was imported), else ``None``."""
-    build = sys.modules.get("sdk.build")
+    build = sys.modules.get("sdk.author.build")
     return exc if build is not None and isinstance(exc, build.BuildError) else None
 
 

@@ -71,15 +71,16 @@ from host.config import DEFAULT_CEILINGS, Ceilings, WorkspaceGrant
 from host.egress.cassette import RedactionHook
 from host.egress.transport import Pins
 from host.errors import StockadeError
-from host.redact import Redactor
 from host.runtime import ProgressEvent
-from host.secrets import MasterKey, SecretsStore
+from host.secrets.redact import Redactor
+from host.secrets.store import MasterKey, SecretsStore
+from host.trust.lock import LOCK_FORMAT
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk._cassette import RECORD_MODE_ENV, HarnessCassette
 from sdk._loopback import LoopbackRemap
-from sdk.build import ProgressCallback, build_project
+from sdk.author.build import ProgressCallback, build_project
+from sdk.author.project import PROJECT_FILE
 from sdk.bundle import Bundle, read_bundle
-from sdk.project import PROJECT_FILE
 
 __all__ = [
     "PROJECT",
@@ -592,7 +593,7 @@ class Harness:
 
     @property
     def audit_path(self) -> Path:
-        """The audit log file (verify it with ``host.audit.verify``)."""
+        """The audit log file (verify it with ``host.audit.log.verify``)."""
         return self._tmp / "audit.log"
 
     def close(self, *, save: bool = True) -> None:
@@ -650,7 +651,7 @@ def write_workspace(
         "signature": None,
         "key_id": None,
     }
-    doc = {"format": "stockade.lock/1", "generation": 1, "previous": None, "packages": [entry]}
+    doc = {"format": LOCK_FORMAT, "generation": 1, "previous": None, "packages": [entry]}
     lock.write_bytes(canonical_json(doc))
     policy = FilePolicyEngine.initialize(tmp / "policy.json")
     grants = set()

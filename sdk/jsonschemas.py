@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from host.formats.manifest import PackageManifest
-from sdk.project import LANGUAGES
+from sdk.author.project import LANGUAGES
 
 __all__ = ["SCHEMA_DIR", "manifest_schema", "project_schema", "render", "write"]
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from host import FilePolicyEngine
-from sdk.build import build_project
-from sdk.lockfile import add_package
+from sdk.author.build import build_project
+from sdk.review.lockfile import add_package
 
 REPO = Path(__file__).resolve().parents[2]
 

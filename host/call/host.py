@@ -49,7 +49,7 @@ from host import observe
 from host._files import UnsafePermissions, check_trusted
 from host.adapters.schemas import ToolFormat, resolve_model_name, tool_schemas
 from host.approverkey import ApproverKey
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.call.open import Package, load_generation, local_store, verify_lock
 from host.call.prepare import prepare
 from host.call.records import (
@@ -94,13 +94,13 @@ from host.mcpsource import hosting as mcp_hosting
 from host.policy.bindings import BoundGrants
 from host.policy.engine import PolicyEngine
 from host.policy.toolpolicy import ToolMode, ToolPolicyStore, ToolSelector
-from host.redact import Redactor
 from host.runtime import ProgressEvent, Runtime, SandboxLimits, SandboxResult
 from host.runtime.models import SandboxUsage
 from host.scopes import Redeemed, ScopeUse, identity_of
 from host.scopes import issue as issue_scope
 from host.scopes import refusal as scope_refusal
-from host.secrets import SecretsStore, SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretsStore, SecretValue
 from host.store.port import StateStore
 from host.store.watch import DEFAULT_POLL_S
 from host.tools import host_tools_for

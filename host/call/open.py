@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from host.adapters.schemas import check_model_names
-from host.audit import AuditLog
-from host.auditkey import AuditKey
+from host.audit.key import AuditKey
+from host.audit.log import AuditLog
 from host.config import HostConfig
 from host.egress.policy import EgressPolicy, Resolver, system_resolver
 from host.errors import AuditUnavailable
@@ -34,7 +34,7 @@ from host.mcpsource import hosting as mcp_hosting
 from host.mcpsource.rpc import McpNetwork
 from host.policy.bindings import package_bindings
 from host.runtime import LoadedComponent, ProgressEvent, Runtime
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.store.local import LocalStore, check_state_dir_free
 from host.store.port import StateStore
 from host.tools.base import HostToolSet

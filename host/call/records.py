@@ -14,7 +14,7 @@ assembles at the end of a call and that carry no decision of their own:
 - the guest log and traceback helpers.
 
 Invariants: nothing here reads policy or runs a guest; every text that leaves through a
-result or a record has passed the call's :class:`~host.redact.Redactor`.
+result or a record has passed the call's :class:`~host.secrets.redact.Redactor`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from host.audit import redact_params
+from host.audit.log import redact_params
 from host.egress.port import EgressPort
 from host.egress.session import EgressSession
 from host.errors import EgressDenied, EgressUnreachable, StockadeError
-from host.redact import Redactor
+from host.secrets.redact import Redactor
 from host.store.port import AuditSink
 from host.trust.registry import ToolDefinition
 from host.types import CallRequest, CallResult, ErrorInfo, InvocationPlan, Usage

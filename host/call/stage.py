@@ -22,9 +22,9 @@ from host.egress.policy import EgressPolicy, Resolver
 from host.egress.port import EgressPort, HttpFailure, HttpRequest, HttpResponse
 from host.egress.session import EgressSession
 from host.errors import CredentialUnavailable
-from host.redact import Redactor
 from host.runtime import SandboxLimits
-from host.secrets import SecretsStore, SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretsStore, SecretValue
 from host.trust.registry import ToolDefinition
 from host.types import InvocationPlan, Principal
 

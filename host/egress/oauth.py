@@ -26,11 +26,11 @@ Invariants:
   session replays the request once with the new token (the guest's body is bytes the host
   still holds, so every request is replayable), and never a second time.
 - **Single flight.** One refresh per (scope, principal, secret) at a time: a
-  ``threading.Lock`` per key in-process, and :meth:`~host.secrets.SecretsStore.exclusive`
+  ``threading.Lock`` per key in-process, and :meth:`~host.secrets.store.SecretsStore.exclusive`
   (an ``flock``) across processes sharing the store. Whoever holds both re-reads the state
   and refreshes only if it is still stale, so a refresh token is never spent twice.
 - **Rotation written back.** A response carrying a new refresh token replaces the old one;
-  the new state is written with :meth:`~host.secrets.SecretsStore.set` (temporary file,
+  the new state is written with :meth:`~host.secrets.store.SecretsStore.set` (temporary file,
   fsync, ``os.replace``) before the lock is released.
 - **Fail closed, say why.** :class:`~host.errors.CredentialUnavailable` with ``reason``
   ``oauth_expired`` (no token and no way to get one), ``oauth_refresh_failed`` (the server
@@ -70,8 +70,8 @@ from host.egress.session import MAX_REDIRECTS, EgressSession
 from host.egress.transport import TransportFactory
 from host.egress.urls import parse_host_pattern
 from host.errors import CredentialUnavailable, SecretsUnavailable
-from host.redact import Redactor
-from host.secrets import SecretsStore, SecretValue, check_secret
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretsStore, SecretValue, check_secret
 
 __all__ = [
     "DEFAULT_SKEW_S",

@@ -58,7 +58,7 @@ from host.egress.urls import (
     path_matches,
 )
 from host.errors import CredentialUnavailable, EgressDenied
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 
 __all__ = [
     "CredentialMappingLike",

@@ -100,8 +100,8 @@ from host.egress.port import FailureKind, HttpFailure, HttpRequest, HttpResponse
 from host.egress.router import CredentialMappingLike, CredentialRouter, apply_injections
 from host.egress.urls import normalize_url
 from host.errors import CredentialUnavailable, EgressDenied, EgressUnreachable
-from host.redact import Redactor
-from host.secrets import SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretValue
 
 # httpx2 and the transport (httpcore2, ssl) load when the first session is made, not when
 # this module is imported: a host whose packages declare no network, and the CLI, start

@@ -78,7 +78,7 @@ from host.config import CommandEntry
 from host.errors import ConfigInvalid
 
 # tomllib is standard from Python 3.11, tomli (the same code) below; imported by name so
-# that mypy, pinned to 3.10, does not need tomli installed (as sdk/project.py does).
+# that mypy, pinned to 3.10, does not need tomli installed (as sdk/author/project.py does).
 tomllib: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 __all__ = [

@@ -67,7 +67,7 @@ from pydantic import ValidationError
 from host import observe
 from host.adapters.schemas import mcp_annotations
 from host.approvals import MAX_PENDING_PER_PRINCIPAL, ApprovalQueue
-from host.audit import redact_params
+from host.audit.log import redact_params
 from host.call.host import Host, ProgressHook
 from host.canonical import canonical_json
 from host.errors import (

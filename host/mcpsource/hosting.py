@@ -21,7 +21,7 @@ from host.formats.mcppin import PinnedSource
 from host.mcpsource.rpc import McpNetwork
 from host.policy.bindings import mcp_binding
 from host.runtime import SandboxResult, SandboxUsage
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.trust.registry import Binding
 
 if TYPE_CHECKING:  # McpSource: the client stack (bwrap, seccomp, stdio) loads only for a lock with sources

@@ -40,8 +40,8 @@ from host.formats.mcppin import (
 from host.formats.schemaprofile import check_external
 from host.mcpsource.rpc import McpNetwork
 from host.mcpsource.source import probe
-from host.redact import Redactor
-from host.secrets import SecretsStore
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretsStore
 
 __all__ = ["PinResult", "pin_source", "pin_tools"]
 

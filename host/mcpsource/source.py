@@ -55,10 +55,10 @@ from host.formats.mcppin import (
 )
 from host.mcpsource.rpc import Connection, McpNetwork
 from host.mcpsource.stdio import StdioConnection
-from host.redact import Redactor
 from host.sandbox.bwrap import find_bwrap, server_argv
 from host.sandbox.seccomp import build_filter
-from host.secrets import SecretsStore, SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretsStore, SecretValue
 
 if TYPE_CHECKING:
     from host.store.port import AuditSink  # the store's audit chain (file log or database)

@@ -272,7 +272,7 @@ class TracedAudit:
         self._inner = inner
 
     def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
-        """Append through the wrapped sink (see :meth:`host.audit.AuditLog.append`)."""
+        """Append through the wrapped sink (see :meth:`host.audit.log.AuditLog.append`)."""
         live = _live
         if live is None:
             return self._inner.append(kind, payload, durable=durable)

@@ -42,13 +42,15 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from host.canonical import canonical_json, digest_json
 from host.errors import ToolNotFound
 from host.policy.grants import DEFAULT_GRANT_TTL_S
-from host.trust.registry import ToolDefinition
+
+if TYPE_CHECKING:
+    from host.formats.manifest import PackageManifest
 
 __all__ = [
     "BINDING_DOMAIN",
@@ -60,6 +62,32 @@ __all__ = [
 ]
 
 BINDING_DOMAIN = "stockade/tool-binding@1"
+
+
+class _BoundPackage(Protocol):
+    @property
+    def package(self) -> str: ...
+
+
+class BoundTool(Protocol):
+    """What a binding digest reads of a package tool: the registry's ``ToolDefinition``
+    (``host/trust/registry.py``) is one. Policy and trust are peers that never import each
+    other (``tests/unit/test_import_graph.py``), so this names the fields it uses."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def effect(self) -> object: ...
+    @property
+    def risk(self) -> object: ...
+    @property
+    def permissions(self) -> Sequence[str]: ...
+    @property
+    def package(self) -> PackageManifest: ...
+    @property
+    def binding(self) -> _BoundPackage: ...
+    @property
+    def key(self) -> tuple[str, str]: ...
 
 
 def _value(item: object) -> str:
@@ -81,7 +109,7 @@ def _allow_dumps(entries: Iterable[Any]) -> list[Any]:
     return sorted(dumps, key=canonical_json)
 
 
-def package_document(tool: ToolDefinition, *, key_id: str | None) -> dict[str, Any]:
+def package_document(tool: BoundTool, *, key_id: str | None) -> dict[str, Any]:
     """The canonical document a package tool's binding digest covers (module docstring)."""
     http = tool.package.http
     document: dict[str, Any] = {
@@ -101,7 +129,7 @@ def package_document(tool: ToolDefinition, *, key_id: str | None) -> dict[str, A
     return document
 
 
-def package_binding(tool: ToolDefinition, *, key_id: str | None) -> str:
+def package_binding(tool: BoundTool, *, key_id: str | None) -> str:
     """The binding digest of a package tool (64 hex digits).
 
     Args:
@@ -146,7 +174,7 @@ def mcp_binding(
 
 
 def package_bindings(
-    tools: Iterable[ToolDefinition], key_ids: Mapping[str, str | None]
+    tools: Iterable[BoundTool], key_ids: Mapping[str, str | None]
 ) -> dict[tuple[str, str], str]:
     """``{(name, version): binding digest}`` of package tools; ``key_ids`` maps a package
     name to the key id that signed it (absent: unsigned)."""

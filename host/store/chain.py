@@ -2,7 +2,7 @@
 
 A chain in the database is the same sequence of canonical JSON lines as an audit log
 file, so exporting is writing each line plus ``"\\n"`` in ``seq`` order, and the export
-verifies with ``stockade log verify`` (:func:`host.audit.verify`).
+verifies with ``stockade log verify`` (:func:`host.audit.log.verify`).
 
 Verifying in place (:func:`verify_chain`) streams the chain through the same verifier and
 then compares the result with the chain's head row: removing records from the end of the
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from host.audit import GENESIS, VerifyReport, verify
+from host.audit.log import GENESIS, VerifyReport, verify
 from host.errors import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -78,13 +78,13 @@ def verify_chain(
         store: the store.
         chain: the chain's name (``project:<name>``, ``host`` or ``all``).
         expected_head: a record hash known to be in the chain.
-        options: passed to :func:`host.audit.verify` (e.g. ``keys``).
+        options: passed to :func:`host.audit.log.verify` (e.g. ``keys``).
 
     Raises:
         StoreUnavailable: the database could not be read.
 
     Returns:
-        The report of :func:`host.audit.verify`, not ok also when the records end
+        The report of :func:`host.audit.log.verify`, not ok also when the records end
         elsewhere than the head row says.
     """
     heads = {name: (seq, head) for name, seq, head in store.chains()}

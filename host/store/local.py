@@ -3,7 +3,7 @@
 :class:`LocalStore` is exactly what a host kept before the store port existed, wired
 behind it, so its behaviour and speed do not change:
 
-- audit: the :class:`host.audit.AuditLog` file (one ``flock``-ed writer per file);
+- audit: the :class:`host.audit.log.AuditLog` file (one ``flock``-ed writer per file);
 - approvals: :class:`host.approvals.ApprovalAuthority` (a per-process MAC key; approvals do
   not survive a restart and are not valid in another process);
 - rate limits: :class:`host.ratelimit.RateLimiter` (process memory);
@@ -40,7 +40,7 @@ from typing import Final, cast
 from host import observe
 from host._files import LockHeld, open_lock
 from host.approvals import ApprovalAuthority, ApprovalQueue
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.errors import StoreUnavailable
 from host.policy.grants import SessionGrants
 from host.ratelimit import RateLimiter

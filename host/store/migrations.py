@@ -14,7 +14,7 @@ applied version is the one row of ``stockade_schema``.
 
 Tables (version 1): ``audit_chains`` (one head row per chain: ``seq``, ``head``),
 ``audit_records`` (``chain``, ``seq``, ``hash``, ``line`` — the exact canonical JSON line
-of :mod:`host.audit`), ``approvals`` (single-use, ``consumed_at``), ``rate_buckets``
+of :mod:`host.audit.log`), ``approvals`` (single-use, ``consumed_at``), ``rate_buckets``
 (sliding-window counters), ``session_grants``, ``lock_state`` (the accepted-lock state
 document per scope). Version 2: ``pending_approvals`` (the queue of actions waiting for
 a person, one row per action digest and principal). Version 3: ``audit_chains`` gains

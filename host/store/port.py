@@ -18,7 +18,7 @@ behind it:
 
 Contract every backend keeps (``tests/store/test_contract.py`` runs both):
 
-- the audit chain format is the one of :mod:`host.audit`, byte for byte, so an exported
+- the audit chain format is the one of :mod:`host.audit.log`, byte for byte, so an exported
   chain verifies with ``stockade log verify``; appends to one chain never fork it;
 - an approval is redeemed once, whatever the number of processes racing for it; every
   failure is the one opaque APPROVAL_INVALID (CONTRIBUTING.md principle 12);
@@ -62,7 +62,7 @@ _S = TypeVar("_S", bound="StoreLifecycle")
 
 @runtime_checkable
 class AuditSink(Protocol):
-    """Appends records to a hash chain (the contract of :meth:`host.audit.AuditLog.append`)."""
+    """Appends records to a hash chain (the contract of :meth:`host.audit.log.AuditLog.append`)."""
 
     def append(self, kind: str, payload: Mapping[str, object], *, durable: bool | None = None) -> str:
         """Append one record and return its hash; ``durable=True`` waits for the disk

@@ -13,7 +13,7 @@ How each promise holds across processes and machines:
   commit (PostgreSQL's commit is durable, like the ``full`` mode of the file log). Writers
   of one chain queue on its head row, so the chain never forks; writers of different
   projects never wait for each other. Records are the exact canonical JSON lines of
-  :mod:`host.audit`, so an export verifies with ``stockade log verify``; with a
+  :mod:`host.audit.log`, so an export verifies with ``stockade log verify``; with a
   ``signer``, chains carry the file log's signed checkpoints at its cadence.
 - **Approvals** (:class:`PgApprovals`): the database is outside the trust boundary for
   approvals. An approval is a ``stockade/approval@1`` statement signed by an approver key
@@ -73,7 +73,8 @@ import psycopg
 
 from host.approvals import approval_binds, reference_time
 from host.approverkey import ApproverKey, sign_approval, trusted_with, verify_approval
-from host.audit import (
+from host.audit.key import AuditKey
+from host.audit.log import (
     CHECKPOINT_KIND,
     GENESIS,
     check_append_args,
@@ -81,7 +82,6 @@ from host.audit import (
     checkpoint_reason,
     encode_for_append,
 )
-from host.auditkey import AuditKey
 from host.errors import ApprovalInvalid, ApproverKeyMissing, AuditUnavailable, StockadeError, StoreUnavailable
 from host.signing import TrustedKeys
 from host.store._pg import PROBE_INTERVAL_S, Conn, Database, committing
@@ -126,7 +126,7 @@ def chain_of(payload: Mapping[str, object], scope: ChainScope) -> str:
 class PgAuditChain:
     """The audit sink of a :class:`PostgresStore` (see the module docstring).
 
-    Signed checkpoints (with a ``signer``) follow :class:`host.audit.AuditLog`, per
+    Signed checkpoints (with a ``signer``) follow :class:`host.audit.log.AuditLog`, per
     chain and fleet-wide: the chain's head row counts the records since its last
     checkpoint (``checkpoint_seq``) and when that was written (``checkpoint_at``, the
     database's clock). In the transaction of the append that makes ``checkpoint_every``
@@ -605,7 +605,7 @@ class PostgresStore(StoreLifecycle):
         timeout_s: seconds to wait for a connection before failing closed.
         probe_interval_s: while the server is unreachable, seconds between reconnection
             probes; calls in between fail at once (0: every call probes).
-        signer: the host's audit key (:meth:`host.auditkey.AuditKey.load_or_create`):
+        signer: the host's audit key (:meth:`host.audit.key.AuditKey.load_or_create`):
             audit chains get signed checkpoints (:class:`PgAuditChain`); ``None``: none.
         checkpoint_every: records between two checkpoints of a chain (at most).
         checkpoint_interval_s: seconds after which a chain's unsigned records get one.

@@ -44,8 +44,8 @@ from typing import Any, Final
 from host.canonical import canonical_json, digest_json, parse_json, sha256_hex
 from host.config import DEFAULT_CEILINGS, Ceilings
 from host.errors import ApprovalInvalid, StockadeError, ToolFailed
-from host.formats.manifest import Effect, PackageManifest, Risk
-from host.secrets import SecretValue
+from host.formats.manifest import MANIFEST_FORMAT, Effect, PackageManifest, Risk
+from host.secrets.store import SecretValue
 from host.tools.preopens import PluginReads
 from host.trust.registry import Binding, ToolDefinition
 from host.types import InvocationPlan, Principal
@@ -277,7 +277,7 @@ class HostToolSet:
 def _package_doc(name: str, tools: Iterable[HostTool]) -> dict[str, Any]:
     """The manifest of one built-in package: no module, no network, no log."""
     return {
-        "format": "stockade.manifest/1",
+        "format": MANIFEST_FORMAT,
         "package": {"name": name, "version": HOST_PACKAGE_VERSION, "description": HOST_PACKAGE},
         "module": {"file": "module.wasm", "sha256": "0" * 64, "world": "stockade:plugin/tool@1.0.0"},
         "limits": {

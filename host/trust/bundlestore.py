@@ -1,6 +1,6 @@
 """Where a lock's registry-pulled bundles live, and how a lock names their source (docs/design.md §12).
 
-Bundles travel as OCI artifacts (``stockade push``/``stockade pull``, :mod:`sdk.oci`) and
+Bundles travel as OCI artifacts (``stockade push``/``stockade pull``, :mod:`sdk.oci.client`) and
 are pulled **by digest** into a local content-addressed store next to the lock::
 
     <lock dir>/bundle-store/sha256/<hex of the OCI manifest digest>/

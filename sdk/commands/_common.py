@@ -344,7 +344,7 @@ def open_secrets(root: Path) -> SecretsStore | None:
         The store, or ``None`` when neither ``STOCKADE_MASTER_KEY`` nor
         ``<root>/master.key`` exists.
     """
-    from host.secrets import MASTER_KEY_ENV, MasterKey, SecretsStore
+    from host.secrets.store import MASTER_KEY_ENV, MasterKey, SecretsStore
 
     key_file = root / "master.key"
     if MASTER_KEY_ENV not in os.environ and not os.path.lexists(key_file):
@@ -509,7 +509,7 @@ def checkpoint_options(config: HostConfig) -> dict[str, Any]:
     """A host's shared store signs audit checkpoints with the state dir's audit key, at
     the cadence of the local audit log, and approvals with the configured approver key
     (:func:`approver_options`)."""
-    from host.auditkey import AuditKey
+    from host.audit.key import AuditKey
 
     return {
         "signer": AuditKey.load_or_create(config.state_dir),

@@ -1,6 +1,6 @@
 """``stockade log show``: a human view of the audit log.
 
-Reads the JSON lines the host appends (``host.audit``) without verifying the chain
+Reads the JSON lines the host appends (``host.audit.log``) without verifying the chain
 (``stockade log verify`` does that) and without importing anything heavy: it must start
 fast. A line that is not a JSON object is reported on stderr and makes the exit status 1.
 """
@@ -62,7 +62,7 @@ def _since(text: str) -> float:
     return moment.timestamp() * 1000
 
 
-_CHECKPOINT: Final = "audit.checkpoint"  # host.audit.CHECKPOINT_KIND (not imported: start-up time)
+_CHECKPOINT: Final = "audit.checkpoint"  # host.audit.log.CHECKPOINT_KIND (not imported: start-up time)
 _ACCEPTED: Final = "lock.accepted"
 
 

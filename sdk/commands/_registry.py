@@ -5,9 +5,9 @@
   system trust store plus ``--registry-ca FILE``.
 - Credentials: never options, each for one exact authority. The secrets store of
   ``--state-dir`` (scope ``stockade``, subject ``registry``, name
-  :func:`sdk.ocicreds.secret_name_for`, e.g. ``registry_127_0_0_1__5000``, value
+  :func:`sdk.oci.creds.secret_name_for`, e.g. ``registry_127_0_0_1__5000``, value
   ``USER:PASSWORD``) or
-  ``$DOCKER_CONFIG/config.json`` / ``~/.docker/config.json`` (see :mod:`sdk.ocicreds`).
+  ``$DOCKER_CONFIG/config.json`` / ``~/.docker/config.json`` (see :mod:`sdk.oci.creds`).
 - ``--registry-timeout SECONDS`` per request (default 30).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from host.trust.bundlestore import STORE_DIR
 from host.trust.lock import TrustedKeys
 from sdk.commands._common import DEFAULT_LOCK, add_state_dir, open_secrets, state_dir, stderr_console
-from sdk.oci import DEFAULT_TIMEOUT_S, RegistryClient
-from sdk.ocicreds import docker_config_path, find_credential
+from sdk.oci.client import DEFAULT_TIMEOUT_S, RegistryClient
+from sdk.oci.creds import docker_config_path, find_credential
 
 __all__ = ["add_registry_options", "add_verify_options", "open_registry", "store_root", "trusted_keys"]
 

@@ -45,7 +45,7 @@ def warm_packages(packages: Sequence[tuple[str, bytes]], *, show: bool = True) -
         ``{name: refusal}`` for each component the host would refuse (``{"code", "message"}``);
         such a component is not stored.
     """
-    from sdk.review import component_report
+    from sdk.review.report import component_report
 
     refused: dict[str, dict[str, Any]] = {}
     for index, (name, module) in enumerate(packages, start=1):

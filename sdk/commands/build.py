@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk.build import BuildResult, BundleLocked, build_project
+from sdk.author.build import BuildResult, BundleLocked, build_project
 from sdk.commands._common import CommandFailed
 from sdk.commands._progress import author_progress, problems_listed
 

@@ -23,7 +23,7 @@ from typing import Any
 from host.runtime.cache import cache_usage, prune_artifacts
 from sdk._artifacts import CACHE_MAX_BYTES
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root, toolchain_root
-from sdk.build import build_cache_entries, prune_build_cache
+from sdk.author.build import build_cache_entries, prune_build_cache
 from sdk.commands._common import EXIT_OK, add_verb, cell, print_json, stdout_console
 
 BUILD_CACHE_MAX_BYTES = 1024**3  # bytes; a Python plugin's module is ~18 MB

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from sdk._loopback import LoopbackRemap
+from sdk.author.devrun import DevOutcome, dev_run, read_secret
+from sdk.author.project import PROJECT_FILE
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -42,8 +44,6 @@ from sdk.commands._common import (
     user_input,
 )
 from sdk.commands._progress import TEMPORARY_BUNDLE_NOTE, author_progress, problems_listed
-from sdk.devrun import DevOutcome, dev_run, read_secret
-from sdk.project import PROJECT_FILE
 
 
 def register(sub: Any) -> None:

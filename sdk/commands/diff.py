@@ -2,7 +2,7 @@
 what a lock change adds or widens.
 
 ``stockade diff OLD.host.toml NEW.host.toml`` compares two host config files'
-``[[command]]`` entries instead (:mod:`sdk.commandreview`): a new command, another
+``[[command]]`` entries instead (:mod:`sdk.review.command`): a new command, another
 binary, a read-write workspace, a network, a raised limit, a new variable, a higher risk
 or ``unsafe_exec_without_sandbox`` switched on escalates (exit 3).
 
@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from host.formats.hostfile import load_host_file
-from sdk.commandreview import command_changes, is_host_file
 from sdk.commands._common import (
     DEFAULT_LOCK,
     EXIT_ESCALATION,
@@ -54,7 +53,8 @@ from sdk.commands._common import (
     state_dir,
     stdout_console,
 )
-from sdk.review import LockDiff, allows_that_ask_again, diff_locks
+from sdk.review.command import command_changes, is_host_file
+from sdk.review.report import LockDiff, allows_that_ask_again, diff_locks
 
 
 def register(sub: Any) -> None:

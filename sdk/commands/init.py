@@ -174,7 +174,7 @@ def _write_config(target: Path, text: str) -> HostFile:
 
 def _make_state(state: Path) -> list[str]:
     from host.policy.engine import FilePolicyEngine
-    from host.secrets import generate_key_file
+    from host.secrets.store import generate_key_file
 
     done: list[str] = []
     state.mkdir(parents=True, exist_ok=True, mode=0o700)

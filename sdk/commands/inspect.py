@@ -3,7 +3,7 @@
 For a host config file (``*.toml``): its ``[[command]]`` entries, the commands
 ``exec.run`` may start, each with the binary it resolves to and that binary's sha256,
 its workspace mode, network, environment, limits, effect and risk, and whether the
-sandbox (bwrap) is on this machine's PATH (:mod:`sdk.commandreview`).
+sandbox (bwrap) is on this machine's PATH (:mod:`sdk.review.command`).
 
 For a bundle directory: the manifest and module are checked (manifest valid, module
 digest as pinned). For a lock file: every digest, signature (``--trusted-keys``,
@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from host.errors import ComponentRefused
-from sdk.commandreview import command_report, is_host_file
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -54,7 +53,8 @@ from sdk.commands._common import (
     stdout_console,
 )
 from sdk.commands._layout import emit
-from sdk.review import bundle_report, lock_report
+from sdk.review.command import command_report, is_host_file
+from sdk.review.report import bundle_report, lock_report
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -37,7 +37,8 @@ from typing import Any
 
 from host.errors import ComponentRefused
 from host.trust.lock import LoadedLock, LockEntry, LockState
-from sdk._stale import project_of, staleness
+from sdk.author._stale import project_of, staleness
+from sdk.author.project import PROJECT_FILE
 from sdk.commands._common import (
     EXIT_OK,
     CommandFailed,
@@ -52,9 +53,8 @@ from sdk.commands._warm import say_compiling, warm_packages
 from sdk.commands.lockmcp import register_add_mcp
 from sdk.commands.pull import pull_for_lock, run_fetch
 from sdk.commands.sign import load_key
-from sdk.lockfile import LockUpdate, add_package, remove_package, sign_lock
-from sdk.project import PROJECT_FILE
-from sdk.review import load_for_review
+from sdk.review.lockfile import LockUpdate, add_package, remove_package, sign_lock
+from sdk.review.report import load_for_review
 
 _SAY_BYTES = 512 * 1024 * 1024  # bytes; larger modules are refused by add_package anyway
 

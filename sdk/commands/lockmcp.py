@@ -32,7 +32,13 @@ from host.canonical import parse_json
 from host.errors import InputInvalid, ManifestInvalid
 from host.files import read_regular
 from host.formats.manifest import Effect, Risk
-from host.formats.mcppin import MAX_DECLARATION_BYTES, McpDeclaration, McpPin, tool_unbounded
+from host.formats.mcppin import (
+    MAX_DECLARATION_BYTES,
+    PIN_FORMAT,
+    McpDeclaration,
+    McpPin,
+    tool_unbounded,
+)
 from host.formats.schemaprofile import MAX_SCHEMA_BYTES
 from host.mcpsource.pinning import pin_source
 from sdk.commands._common import (
@@ -49,8 +55,8 @@ from sdk.commands._common import (
     stdout_console,
 )
 from sdk.commands.sign import load_key
-from sdk.lockfile import add_mcp, read_lock
-from sdk.mcpreview import live_drift
+from sdk.review.lockfile import add_mcp, read_lock
+from sdk.review.mcp import live_drift
 
 __all__ = ["register_add_mcp"]
 
@@ -140,7 +146,7 @@ def run_add_mcp(args: argparse.Namespace) -> int:
     secrets = open_secrets(root)
     current = _current_pin(args.lock, decl.name)
     if args.dry_run:
-        drift = live_drift(decl, current or McpPin(format="stockade.mcp-pin/1", source=decl, tools=()),
+        drift = live_drift(decl, current or McpPin(format=PIN_FORMAT, source=decl, tools=()),
                            state_dir=root, secrets=secrets)
         rows = [d.to_dict() for d in drift]
         if args.json:

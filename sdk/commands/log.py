@@ -52,10 +52,10 @@ from sdk.commands._common import (
     state_dir,
 )
 
-if TYPE_CHECKING:  # host.audit imports cryptography and pydantic: only `log verify` needs them
-    from host.audit import VerifyReport
+if TYPE_CHECKING:  # host.audit.log imports cryptography and pydantic: only `log verify` needs them
+    from host.audit.log import VerifyReport
 
-PUBLIC_KEY_FILE: Final = "audit-key.pub"  # host.auditkey.PUBLIC_KEY_FILE (a test pins them equal)
+PUBLIC_KEY_FILE: Final = "audit-key.pub"  # host.audit.key.PUBLIC_KEY_FILE (a test pins them equal)
 
 _OVERVIEW = """The audit log: `log show` prints it for people (one line per record, newest last:
 time, principal, tool, effect, outcome, code, duration, HTTP hosts; --follow, --since,
@@ -223,8 +223,8 @@ def run_verify(args: argparse.Namespace) -> int:
             "AUDIT_LOG_BROKEN", exc.message, hint="pass the audit log itself (a regular file)"
         ) from None
     files = _key_files(args)
-    from host.audit import verify
-    from host.auditkey import load_public_keys
+    from host.audit.key import load_public_keys
+    from host.audit.log import verify
 
     keys = load_public_keys(files) if files else None
     if args.file is not None:

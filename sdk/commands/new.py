@@ -16,8 +16,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from sdk.author.scaffold import TEMPLATE_NAMES, ScaffoldError, scaffold_project
 from sdk.commands._common import EXIT_OK, CommandFailed, UsageFailed, cell, print_json, stdout_console
-from sdk.scaffold import TEMPLATE_NAMES, ScaffoldError, scaffold_project
 
 
 def register(sub: Any) -> None:

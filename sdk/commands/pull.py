@@ -32,9 +32,9 @@ from sdk.commands._registry import (
     store_root,
     trusted_keys,
 )
-from sdk.lockfile import read_lock
-from sdk.oci import OciReference, RegistryClient, parse_reference
-from sdk.ociartifact import PulledBundle, pull_bundle
+from sdk.oci.artifact import PulledBundle, pull_bundle
+from sdk.oci.client import OciReference, RegistryClient, parse_reference
+from sdk.review.lockfile import read_lock
 
 __all__ = ["pull_for_lock", "register", "run", "run_fetch"]
 

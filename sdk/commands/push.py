@@ -23,8 +23,8 @@ from sdk.bundle import read_bundle, sign_package
 from sdk.commands._common import EXIT_OK, UsageFailed, print_json
 from sdk.commands._registry import add_registry_options, open_registry
 from sdk.commands.sign import load_key
-from sdk.oci import parse_reference
-from sdk.ociartifact import push_bundle
+from sdk.oci.artifact import push_bundle
+from sdk.oci.client import parse_reference
 
 
 def register(sub: Any) -> None:

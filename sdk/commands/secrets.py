@@ -26,7 +26,7 @@ from typing import Any
 from rich.table import Table
 
 from host.errors import SecretsUnavailable
-from host.secrets import MAX_VALUE_BYTES, MIN_VALUE_CHARS, SecretsStore, generate_key_file
+from host.secrets.store import MAX_VALUE_BYTES, MIN_VALUE_CHARS, SecretsStore, generate_key_file
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -117,7 +117,7 @@ def run_set(args: argparse.Namespace) -> int:
     try:
         store.set(args.project, args.subject, args.name, value)
     except ValueError as exc:
-        # host.secrets never puts the value into its messages.
+        # host.secrets.store never puts the value into its messages.
         raise UsageFailed(
             "SECRET_REFUSED",
             f"{exc}; nothing stored",

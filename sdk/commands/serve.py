@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from host import FilePolicyEngine, Host, Principal
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.errors import AuditUnavailable
 from host.runtime.models import ProgressEvent
 from host.store.local import check_state_dir_free

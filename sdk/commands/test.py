@@ -24,10 +24,10 @@ from typing import Any
 
 from host.runtime import ProgressEvent
 from sdk._cassette import RECORD_MODE_ENV, RECORD_MODES
+from sdk.author.project import PROJECT_FILE
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, CommandFailed, cell, stderr_console
 from sdk.commands._progress import TEMPORARY_BUNDLE_NOTE, author_progress, problems_listed
 from sdk.harness import Harness
-from sdk.project import PROJECT_FILE
 
 
 def register(sub: Any) -> None:

@@ -17,6 +17,15 @@ import os
 import time
 from typing import Any
 
+from sdk.author.toolchain import (
+    JS_TOOLCHAIN_ENV,
+    ToolchainError,
+    ensure_js_toolchain,
+    install_js_toolchain,
+    js_toolchain_dir,
+    pinned_packages,
+    toolchain_problems,
+)
 from sdk.commands._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -25,15 +34,6 @@ from sdk.commands._common import (
     cell,
     print_json,
     stderr_console,
-)
-from sdk.toolchain import (
-    JS_TOOLCHAIN_ENV,
-    ToolchainError,
-    ensure_js_toolchain,
-    install_js_toolchain,
-    js_toolchain_dir,
-    pinned_packages,
-    toolchain_problems,
 )
 
 

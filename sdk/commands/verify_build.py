@@ -32,11 +32,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sdk._wasmsections import differing_parts
-from sdk.build import PROVENANCE_FILE, BundleLocked, build_project
+from sdk.author._wasmsections import differing_parts
+from sdk.author.build import PROVENANCE_FILE, BundleLocked, build_project
 from sdk.commands._common import DEFAULT_LOCK, EXIT_FAILED, EXIT_OK, UsageFailed, print_json
 from sdk.commands._progress import author_progress
-from sdk.lockfile import read_lock
+from sdk.review.lockfile import read_lock
 
 
 def register(sub: Any) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from host.errors import StockadeError
-from sdk.build import BuildError
+from sdk.author.build import BuildError
 from sdk.commands._common import EXIT_FAILED, EXIT_OK, cell, safe_text, stderr_console
 from sdk.commands.test import check_project, run_tests
 

@@ -3,7 +3,7 @@
 Setup (shown as "Step 0"):
 
 1. build the first-party ``plugins/tracker`` and the hostile demo plugin
-   (``sdk/demo/hostile``) with :func:`sdk.build.build_project`, cached across runs;
+   (``sdk/demo/hostile``) with :func:`sdk.author.build.build_project`, cached across runs;
 2. sign both bundles with a fresh demo key and write a lock at generation 1;
 3. create a master key (mode 0600) and store the demo secret ``tracker_token`` for
    principal ``demo/agent``, encrypted;
@@ -37,7 +37,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from host import FilePolicyEngine, Host, HostConfig
 from host.config import WorkspaceGrant
 from host.runtime import ProgressEvent
-from sdk.build import BuildError, BuildResult
+from sdk.author.build import BuildError, BuildResult
 from sdk.demo.present import Screen, mask
 from sdk.demo.session import PRINCIPAL, Session
 from sdk.demo.tracker_api import (

@@ -9,10 +9,11 @@ secrets store, a real policy file and a real hash-chained audit log.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +23,14 @@ from rich.prompt import Confirm
 from rich.text import Text
 
 from host import CallRequest, CallResult, Host, Principal
-from host.audit import verify
+from host.audit.log import verify
 from host.formats.manifest import Effect
 from host.trust.registry import ToolDefinition
 from host.types import Preview
-from sdk.cli import main
 from sdk.demo.present import Outcome, Screen, mask
 from sdk.demo.tracker_api import EVIL_LOCATION, HOSTILE_HOST, TRACKER_HOST, TrackerServer
 from sdk.demo.workspace import Workspace, escalated_manifest
-from sdk.lockfile import add_package
+from sdk.review.lockfile import add_package
 
 __all__ = ["PRINCIPAL", "SESSION", "Session"]
 
@@ -44,6 +44,7 @@ _HINTS: Final[dict[str, Any]] = {
     "body": "Filed by the demo agent after a person approved it.",
 }
 _CONTAINED_CODES: Final = ("SANDBOX_FUEL_EXHAUSTED", "SANDBOX_TIMEOUT")
+_CLI_TIMEOUT_S: Final = 120  # one `stockade diff` of two small locks takes well under a second
 
 
 @dataclass
@@ -428,16 +429,14 @@ def _masked(authorization: str) -> str:
 
 
 def _run_cli(argv: list[str], *, width: int) -> tuple[int, str]:
-    """Run ``stockade ARGV`` in this process, capturing what it prints ``width`` columns wide."""
-    buffer = io.StringIO()
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(width)  # rich sizes a console that is not a terminal by COLUMNS
-    try:
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-            status = main(argv)
-    finally:
-        if saved is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = saved
-    return status, buffer.getvalue()
+    """Run ``stockade ARGV`` as a user would, in its own process, capturing what it prints
+    ``width`` columns wide (stdout and stderr, in order)."""
+    # The same code as this demo (the directory holding sdk/ and host/ first on the path),
+    # and rich sizes a console that is not a terminal by COLUMNS.
+    path = [str(Path(__file__).resolve().parents[2]), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "COLUMNS": str(width), "PYTHONPATH": os.pathsep.join(path)}
+    done = subprocess.run(  # the same interpreter's entry point: `stockade` need not be on PATH
+        [sys.executable, "-m", "sdk.cli", *argv], env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=_CLI_TIMEOUT_S, check=False,
+    )
+    return done.returncode, done.stdout

@@ -33,9 +33,10 @@ from host.canonical import canonical_json, digest_json, sha256_hex
 from host.files import create_exclusive
 from host.formats.manifest import PackageManifest
 from host.policy.engine import FilePolicyEngine
-from host.secrets import MasterKey, SecretsStore, generate_key_file
+from host.secrets.store import MasterKey, SecretsStore, generate_key_file
+from host.trust.lock import LOCK_FORMAT
 from sdk._cachedir import cache_root as user_cache_root
-from sdk.build import BuildResult, build_project
+from sdk.author.build import BuildResult, build_project
 from sdk.bundle import generate_keypair, read_bundle, sign_package, write_keys_file
 
 __all__ = [
@@ -233,7 +234,7 @@ def write_lock(
                 "key_id": key_id,
             }
         )
-    document = {"format": "stockade.lock/1", "generation": generation, "previous": previous,
+    document = {"format": LOCK_FORMAT, "generation": generation, "previous": previous,
                 "packages": entries}
     path.write_text(json.dumps(document, indent=2) + "\n", "utf-8")
     return digest_json(document)

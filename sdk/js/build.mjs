@@ -14,7 +14,8 @@
 //      module with esbuild (platform neutral: no Node.js built-ins; the component's
 //      `wasi:` and `stockade:` imports stay external);
 //   5. componentize with wasi:http and the fetch event disabled, so the component never
-//      imports wasi:http (NOTES: componentize-js).
+//      imports wasi:http (componentize-js adds the
+//      wasi:http imports for its fetch event unless it is disabled).
 // Exit status 0 on success; otherwise the error is on stderr and the status is 1.
 
 import { componentize } from "@bytecodealliance/componentize-js";

@@ -338,7 +338,8 @@ function invoke(handler, input) {
     return { ok: true, text };
   } catch (e) {
     const tag = e instanceof ToolInputError ? "invalid-input" : "failed";
-    // The stack goes to the call's log for the author (host debug mode, issue 12).
+    // The stack goes to the call's log for the author (the host's
+    // HostConfig(debug_guest_errors=True) puts it in error.details["guest_traceback"]).
     if (tag === "failed" && !(e instanceof ToolError) && e instanceof Error && e.stack) {
       try { hostLog("error", `[stockade:traceback]\n${describe(e)}\n${e.stack}`); } catch { /* best effort */ }
     }

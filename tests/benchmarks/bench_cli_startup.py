@@ -67,9 +67,9 @@ def _time(argv: list[str], *, env: dict[str, str], cwd: Path, n: int) -> tuple[f
 
 
 def _audit_log(state: Path) -> Path:
-    """A real audit log of three records, written by ``host.audit``."""
+    """A real audit log of three records, written by ``host.audit.log``."""
     sys.path.insert(0, str(REPO))
-    from host.audit import AuditLog  # noqa: PLC0415  # after the sys.path insert
+    from host.audit.log import AuditLog  # noqa: PLC0415  # after the sys.path insert
 
     path = state / "audit.log"
     with AuditLog(path) as log:

@@ -65,8 +65,8 @@ from host.egress.router import CredentialRouter
 from host.egress.session import EgressSession
 from host.egress.urls import normalize_url
 from host.formats.manifest import CredentialMapping
-from host.redact import Redactor
-from host.secrets import SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretValue
 from tests.support.egress_session import FakeResolver, allow, bearer, http_config
 from tests.support.tls import CertAuthority
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from host import FilePolicyEngine, Host, HostConfig
 from host.mcpsource.pinning import pin_source
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, TOKEN, declaration, request
 from tests.support.secrets import make_store
 

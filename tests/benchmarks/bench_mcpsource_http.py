@@ -40,7 +40,7 @@ from host import FilePolicyEngine, Host, HostConfig
 from host.formats.mcppin import McpDeclaration
 from host.mcpsource.pinning import pin_source
 from host.mcpsource.rpc import McpNetwork
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, TOKEN, declaration, request
 from tests.support.secrets import make_store
 from tests.support.tls import CertAuthority

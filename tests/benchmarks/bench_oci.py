@@ -32,8 +32,8 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sdk.bundle import read_bundle
-from sdk.oci import RegistryClient, parse_reference
-from sdk.ociartifact import pull_bundle, push_bundle
+from sdk.oci.artifact import pull_bundle, push_bundle
+from sdk.oci.client import RegistryClient, parse_reference
 from tests.oci.conftest import custom_section
 from tests.support.bundles import write_bundle
 from tests.support.hosts import echo_manifest, echo_tool

@@ -40,7 +40,7 @@ from host.call.host import Host
 from host.config import HostConfig
 from host.egress.port import DenyAllEgress
 from host.policy.engine import FilePolicyEngine
-from sdk.build import build_project
+from sdk.author.build import build_project
 from tests.support.bundles import lock_entry, write_lock
 from tests.support.hosts import write_policy
 from tests.support.plugins import CACHE_DIR, REPO_ROOT, build_test_plugin

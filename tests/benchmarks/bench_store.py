@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import psycopg
 
 from host import FilePolicyEngine, Host, HostConfig
-from host.audit import verify
-from host.auditkey import AuditKey
+from host.audit.key import AuditKey
+from host.audit.log import verify
 from host.policy.toolpolicy import ToolPolicyStore
 from host.store.migrations import migrate
 from host.store.postgres import PostgresStore

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from host.formats.hostfile import load_host_file
-from sdk.commandreview import command_changes
+from sdk.review.command import command_changes
 from tests.support.bundles import write_lock
 from tests.support.cli import ALICE_ARGS, json_out, run_cli
 

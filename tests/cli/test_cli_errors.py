@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sdk import cli
-from sdk.build import BUILD_ERROR_CODES, BuildError
+from sdk.author.build import BUILD_ERROR_CODES, BuildError
+from sdk.author.scaffold import SCAFFOLD_ERROR_CODES, ScaffoldError
 from sdk.commands._common import EXIT_INTERNAL, EXIT_USAGE
-from sdk.scaffold import SCAFFOLD_ERROR_CODES, ScaffoldError
 from tests.support.cli import cli_env, json_out, run_cli
 
 

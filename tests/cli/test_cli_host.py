@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from tests.support.cli import ALICE_ARGS, echo_workspace, json_out, run_cli_tty
 from tests.support.hosts import echo_tool
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from host.audit import CHECKPOINT_KIND, AuditLog
-from host.auditkey import PUBLIC_KEY_FILE
+from host.audit.key import PUBLIC_KEY_FILE
+from host.audit.log import CHECKPOINT_KIND, AuditLog
 from sdk.commands._logshow import _CHECKPOINT
 from sdk.commands.log import PUBLIC_KEY_FILE as SHOWN_KEY_FILE
 from tests.support.cli import ALICE_ARGS, Workspace, cli_env, echo_workspace, run_cli

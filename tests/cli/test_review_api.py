@@ -1,4 +1,4 @@
-"""``sdk.review`` as a library (the demo and CI scripts call it): rules in-process, fast."""
+"""``sdk.review.report`` as a library (the demo and CI scripts call it): rules in-process, fast."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from host.formats.manifest import PackageManifest
-from sdk._manifestdiff import manifest_changes, schema_changes
-from sdk.review import LockDiff, component_report, diff_locks, lock_report
+from sdk.review._manifestdiff import manifest_changes, schema_changes
+from sdk.review.report import LockDiff, component_report, diff_locks, lock_report
 from tests.support.bundles import lock_digest, lock_entry, make_manifest, write_bundle, write_lock
 from tests.support.wat import core_module, echo_component
 

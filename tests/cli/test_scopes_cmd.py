@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from host.approverkey import ApproverKey
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.errors import ApprovalRequired
 from host.scopes import ScopeUse
 from host.signing import TrustedKeys

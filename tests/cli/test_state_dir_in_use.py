@@ -45,7 +45,7 @@ def test_second_serve_on_one_local_state_dir_refused_and_pointed_at_postgres(tmp
     """Scaling ``stockade serve`` out by starting a second process on the same local
     state dir would split rate limits, grants and the audit chain: it is refused before
     it serves anything, and the message names the store that does scale (PostgreSQL)."""
-    from host.audit import AuditLog  # noqa: PLC0415 - the first host process's own store
+    from host.audit.log import AuditLog  # noqa: PLC0415 - the first host process's own store
     from host.store.local import LocalStore  # noqa: PLC0415
 
     ws = echo_workspace(tmp_path)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from host.audit import AuditLog, verify
-from host.auditkey import PUBLIC_KEY_FILE, load_public_keys
+from host.audit.key import PUBLIC_KEY_FILE, load_public_keys
+from host.audit.log import AuditLog, verify
 from host.errors import AuditUnavailable
 from tests.support.cli import cli_env, run_cli
 from tests.support.plugins import REPO_ROOT

@@ -30,8 +30,8 @@ from host.errors import CassetteInvalid
 from host.formats.cassette import body_fields
 from sdk._cassette import CassetteWarning, UnusedInteractions
 from sdk._loopback import LoopbackRemap
+from sdk.author.devrun import dev_run
 from sdk.cli import main
-from sdk.devrun import dev_run
 from sdk.harness import Harness
 from tests.support.plugins import REPO_ROOT, build_test_plugin
 from tests.support.servers import Exchange, LoopbackServer

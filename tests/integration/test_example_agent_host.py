@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from tests.support.cli import REPO, cli_env, echo_workspace
 from tests.support.hosts import echo_tool
 

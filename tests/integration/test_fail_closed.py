@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from host import Host, HostConfig
-from host.audit import AuditLog, verify
+from host.audit.log import AuditLog, verify
 from host.errors import AuditUnavailable, LockRollback
 from host.policy.toolpolicy import Resolution, ToolMode, ToolPolicyStore
 from tests.support.bundles import lock_digest, lock_entry, write_lock

@@ -15,18 +15,18 @@ from typing import Any
 
 import pytest
 
-import host.audit as audit_module
+import host.audit.log as audit_module
 import host.call.prepare as plan_module
 import host.types as types_module
 from host import CallRequest, Host, HostConfig, Principal
-from host.audit import AuditLog, verify
+from host.audit.log import AuditLog, verify
 from host.call.prepare import action_digest
 from host.canonical import digest_json
 from host.egress.session import EgressSession
 from host.errors import AuditUnavailable, DigestMismatch, PolicyDenied, ToolNotFound
 from host.policy.engine import Decision, Verdict
 from host.policy.toolpolicy import ServiceSelector, ToolMode, ToolPolicyStore, ToolSelector
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.types import Approval, Fence, InvocationPlan, Preview
 from tests.support.bundles import lock_digest, lock_entry, write_bundle, write_lock
 from tests.support.hosts import ALICE, HostFixture, echo_manifest, echo_tool, make_host

@@ -19,7 +19,7 @@ import pytest
 
 from host import HostConfig
 from host.egress.oauth import TokenState
-from host.secrets import MasterKey, SecretsStore
+from host.secrets.store import MasterKey, SecretsStore
 from tests.support.egress_session import FakeResolver
 from tests.support.hosts import HostFixture, make_host
 from tests.support.oauth_server import AUTH_HOST, OAuthServer

@@ -17,7 +17,7 @@ import pytest
 from host.egress.port import DenyAllEgress, HttpFailure, HttpRequest, HttpResponse
 from host.errors import InputInvalid, ToolFailed
 from host.runtime import LoadedComponent, Runtime, SandboxLimits, SandboxResult
-from sdk.build import build_project
+from sdk.author.build import build_project
 from tests.support.plugins import (
     CACHE_DIR,
     REPO_ROOT,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from host import FilePolicyEngine, Host, HostConfig, Principal
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.mcp.server import ServeOptions, StockadeMCP
 from host.policy.toolpolicy import ToolPolicyStore
 from tests.support.bundles import lock_entry, write_bundle, write_lock

@@ -15,8 +15,8 @@ from host import CallRequest, FilePolicyEngine, Host, HostConfig, Principal
 from host.formats.manifest import Effect, Risk
 from host.formats.mcppin import McpDeclaration
 from host.mcpsource.pinning import PinResult, pin_source
-from host.secrets import SecretsStore
-from sdk.lockfile import add_mcp
+from host.secrets.store import SecretsStore
+from sdk.review.lockfile import add_mcp
 from tests.support.secrets import make_store
 
 SERVER = Path(__file__).with_name("server.py")

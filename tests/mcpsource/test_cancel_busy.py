@@ -11,7 +11,7 @@ from typing import Any
 
 from host import CallResult, Host
 from host.mcpsource.pinning import pin_source
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, McpWorld, declaration, request
 from tests.mcpsource.fifos import Signal
 

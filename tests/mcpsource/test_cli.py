@@ -20,7 +20,7 @@ def _workspace(tmp_path: Path) -> tuple[Path, Path]:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     key = write_key_file(state / "master.key")
-    from host.secrets import MasterKey, SecretsStore  # noqa: PLC0415
+    from host.secrets.store import MasterKey, SecretsStore  # noqa: PLC0415
 
     SecretsStore(state / "secrets.json", MasterKey.load(env={}, key_file=key)).set(
         "ops", "mcp-test", "api_token", TOKEN

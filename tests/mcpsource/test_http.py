@@ -28,8 +28,8 @@ from host.formats.mcppin import McpDeclaration
 from host.mcpsource.egress import SourceTransport
 from host.mcpsource.pinning import PinResult, pin_source
 from host.mcpsource.rpc import McpNetwork
-from host.secrets import SecretsStore
-from sdk.lockfile import add_mcp
+from host.secrets.store import SecretsStore
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, TOKEN, TOOLS, offered, request
 from tests.mcpsource.fifos import Signal
 from tests.support.secrets import make_store

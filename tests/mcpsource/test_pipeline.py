@@ -9,9 +9,9 @@ import json
 import os
 import time
 
-from host.audit import verify
+from host.audit.log import verify
 from host.mcpsource.pinning import pin_source, pin_tools
-from sdk.lockfile import add_mcp
+from sdk.review.lockfile import add_mcp
 from tests.mcpsource.conftest import REVIEW, TOKEN, TOOLS, McpWorld, declaration, offered, request
 
 

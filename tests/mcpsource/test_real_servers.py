@@ -28,8 +28,8 @@ from host.formats.mcppin import McpDeclaration, tool_unbounded
 from host.formats.schemaprofile import PROFILE_EXTERNAL
 from host.mcp.server import ServeOptions, StockadeMCP
 from host.mcpsource.pinning import PinResult, pin_source
-from host.secrets import SecretsStore
-from sdk.lockfile import add_mcp
+from host.secrets.store import SecretsStore
+from sdk.review.lockfile import add_mcp
 from tests.support.secrets import make_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -336,7 +336,7 @@ def test_policy_grant_tool_and_explain_work_for_source_tools(real: Real, tmp_pat
 
 def test_tightened_schema_is_enforced_and_dropping_it_is_an_escalation(tmp_path: Path) -> None:
     from host.mcpsource.pinning import pin_tools  # noqa: PLC0415
-    from sdk.mcpreview import _tool_changes  # noqa: PLC0415
+    from sdk.review.mcp import _tool_changes  # noqa: PLC0415
 
     decl = declaration("everything", [str(MODULES / "server-everything" / "dist" / "index.js"), "stdio"])
     live = [{"name": "echo", "description": "e", "inputSchema": {

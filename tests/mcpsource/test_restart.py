@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.canonical import sha256_hex
 from host.config import DEFAULT_CEILINGS
 from host.errors import McpUnavailable

@@ -12,7 +12,7 @@ from host.errors import DigestMismatch, LockInvalid, SignatureInvalid
 from host.formats.mcppin import McpPin, load_pinned_sources
 from host.mcpsource.pinning import pin_tools
 from host.trust.lock import TrustedKeys
-from sdk.lockfile import add_mcp, read_lock
+from sdk.review.lockfile import add_mcp, read_lock
 from tests.mcpsource.conftest import REVIEW, TOKEN, McpWorld, offered, request
 from tests.support.bundles import lock_entry, write_bundle, write_lock
 from tests.support.hosts import echo_manifest, echo_tool

@@ -94,13 +94,13 @@ MUTANTS: tuple[Mutant, ...] = (
         note="*.example.com matches evilexample.com",
     ),
     Mutant(
-        "2-redact-lower-view", 2, "host/redact.py",
+        "2-redact-lower-view", 2, "host/secrets/redact.py",
         "return s.lower() if s.isascii() else s.translate(_ASCII_LOWER)", "return s.lower()",
         ("tests/unit/host/test_redact.py",),
         note="a case-insensitive form after 20 x 'İ' keeps 20 characters of the secret in clear",
     ),
     Mutant(
-        "2-redact-casefold-view", 2, "host/redact.py",
+        "2-redact-casefold-view", 2, "host/secrets/redact.py",
         "return s.lower() if s.isascii() else s.translate(_ASCII_LOWER)", "return s.casefold()",
         ("tests/unit/host/test_redact.py",),
         note="the same drift with 'ß', 'ẞ', 'ﬁ' before the form",
@@ -117,17 +117,17 @@ MUTANTS: tuple[Mutant, ...] = (
         note="a guest copy of an injected parameter with '=' in its value is not a conflict",
     ),
     Mutant(
-        "4a-checkpoint-time-unsigned", 4, "host/audit.py",
+        "4a-checkpoint-time-unsigned", 4, "host/audit/log.py",
         '            "time": time,\n', "", ("tests/security/test_audit_tamper.py",),
         note="the last checkpoint can be re-dated and re-hashed; `log verify --key` says intact",
     ),
     Mutant(
-        "4b-checkpoint-reason-unsigned", 4, "host/audit.py",
+        "4b-checkpoint-reason-unsigned", 4, "host/audit/log.py",
         '            "reason": reason,\n        }', "        }", ("tests/security/test_audit_tamper.py",),
         note="a checkpoint's reason (e.g. close) can be rewritten",
     ),
     Mutant(
-        "4d-checkpoint-head-unchecked", 4, "host/audit.py",
+        "4d-checkpoint-head-unchecked", 4, "host/audit/log.py",
         'if head != record["prev"] or type(count) is not int', "if type(count) is not int",
         ("tests/security/test_audit_tamper.py",),
         note="key-less verify accepts a checkpoint whose head is not its predecessor",
@@ -152,7 +152,7 @@ MUTANTS: tuple[Mutant, ...] = (
         note="an approval is accepted at exactly its expiry instant",
     ),
     Mutant(
-        "7-checkpoint-count-unchecked", 7, "host/audit.py",
+        "7-checkpoint-count-unchecked", 7, "host/audit/log.py",
         'type(count) is not int or count != record["seq"] - 1:', "type(count) is not int:",
         ("tests/security/test_audit_tamper.py",),
         note="key-less verify accepts a checkpoint whose count is off its place in the chain",

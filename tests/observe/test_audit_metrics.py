@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import host.audit as audit_mod
-from host.audit import AuditLog
+import host.audit.log as audit_mod
+from host.audit.log import AuditLog
 from host.errors import AuditUnavailable
 from tests.support.otel import Otel, otel
 

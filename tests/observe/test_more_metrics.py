@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from host import observe
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.config import HostConfig
 from host.egress.port import DenyAllEgress
 from host.errors import StoreUnavailable

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sdk.bundle import Bundle, read_bundle
-from sdk.oci import RegistryClient
+from sdk.oci.client import RegistryClient
 from tests.support.bundles import write_bundle
 from tests.support.cli import cli_env, run_cli
 from tests.support.hosts import echo_manifest, echo_tool

@@ -13,19 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from host.errors import ArtifactInvalid, LockInvalid, SecretsUnavailable
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 from host.trust.bundlestore import OciSource, store_bundle_path
 from host.trust.lock import PackageLock
-from sdk.oci import RegistryClient, RegistryCredential, parse_reference
-from sdk.ociartifact import ArtifactManifest, build_artifact
-from sdk.ocicreds import (
+from sdk.oci.artifact import ArtifactManifest, build_artifact
+from sdk.oci.client import RegistryClient, RegistryCredential, parse_reference
+from sdk.oci.creds import (
     REGISTRY_SECRET_PRINCIPAL,
     REGISTRY_SECRET_SCOPE,
     find_credential,
     registry_for_secret_name,
     secret_name_for,
 )
-from sdk.review import diff_locks
+from sdk.review.report import diff_locks
 from tests.oci.conftest import Cli, echo_bundle
 from tests.support.bundles import lock_digest, lock_entry, write_lock
 from tests.support.secrets import make_store

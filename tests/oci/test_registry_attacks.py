@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sdk.bundle import Bundle, generate_keypair, public_key_of, sign_package, write_keys_file
-from sdk.oci import OCI_MANIFEST_MEDIA_TYPE, RegistryClient, parse_reference
-from sdk.ociartifact import build_artifact, push_bundle
+from sdk.oci.artifact import build_artifact, push_bundle
+from sdk.oci.client import OCI_MANIFEST_MEDIA_TYPE, RegistryClient, parse_reference
 from tests.oci.conftest import Cli, custom_section, echo_bundle, store_entries
 from tests.support.registry import FaultProxy, RegistryServer
 from tests.support.wat import echo_component

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from sdk.ocicreds import secret_name_for
+from sdk.oci.creds import secret_name_for
 from tests.oci.conftest import REQUIRE_REGISTRY, Cli, echo_bundle, store_entries
 from tests.support.registry import RegistryServer
 from tests.support.secrets import key_text
@@ -232,9 +232,9 @@ def test_registry_credential_never_sent_to_look_alike_registry(
     (both names of one hostile server on loopback here): the lossy secret name was shared."""
     import socket  # noqa: PLC0415
 
-    from host.secrets import MasterKey, SecretsStore  # noqa: PLC0415
+    from host.secrets.store import MasterKey, SecretsStore  # noqa: PLC0415
     from sdk.cli import main  # noqa: PLC0415
-    from sdk.ocicreds import REGISTRY_SECRET_PRINCIPAL, REGISTRY_SECRET_SCOPE  # noqa: PLC0415
+    from sdk.oci.creds import REGISTRY_SECRET_PRINCIPAL, REGISTRY_SECRET_SCOPE  # noqa: PLC0415
 
     real_getaddrinfo = socket.getaddrinfo
 

@@ -11,7 +11,7 @@ import pytest
 from host import CallRequest, FilePolicyEngine, Host, HostConfig
 from host.errors import BundleMissing
 from sdk.bundle import generate_keypair, write_private_key
-from sdk.ociartifact import (
+from sdk.oci.artifact import (
     ARTIFACT_TYPE,
     CONFIG_MEDIA_TYPE,
     MODULE_MEDIA_TYPE,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from host.audit import CHECKPOINT_KIND, AuditLog, checkpoint_statement, verify
-from host.auditkey import PUBLIC_KEY_FILE, AuditKey, load_public_keys
+from host.audit.key import PUBLIC_KEY_FILE, AuditKey, load_public_keys
+from host.audit.log import CHECKPOINT_KIND, AuditLog, checkpoint_statement, verify
 from host.canonical import canonical_json
 from tests.support.cli import json_out, run_cli
 

@@ -29,7 +29,7 @@ from host.trust.lock import (
     statement_for,
 )
 from sdk.bundle import generate_keypair, load_private_key
-from sdk.lockfile import sign_lock
+from sdk.review.lockfile import sign_lock
 from tests.support.bundles import lock_document, lock_entry, make_manifest, write_bundle
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from host.errors import DigestMismatch, RegistryRefused, StockadeError
-from sdk.oci import MAX_OCI_MANIFEST_BYTES, RegistryClient
+from sdk.oci.client import MAX_OCI_MANIFEST_BYTES, RegistryClient
 from tests.mcpsource.bombs import bomb
 from tests.support.memory import MiB, peak_rss_growth
 from tests.support.servers import ServerSet, respond

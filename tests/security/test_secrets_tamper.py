@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from host.errors import SecretsUnavailable
-from host.secrets import MasterKey, SecretsStore, generate_key_file
+from host.secrets.store import MasterKey, SecretsStore, generate_key_file
 from tests.support.secrets import key_text, make_key, make_store, write_key_file
 
 VALUE = "tok-Zq9#x7!Lm2-alice"

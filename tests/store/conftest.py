@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.store import LocalStore, StateStore
 from tests.support.approver import APPROVER
 from tests.support.postgres import REQUIRE_ENV, Cluster, find_bin_dir

@@ -1,7 +1,7 @@
 """One contract, two backends: every test here runs against ``local`` and ``postgres``.
 
 The contract is :mod:`host.store.port`'s: one verifiable chain in the format of
-:mod:`host.audit`, approvals redeemed once, rate-limit windows that never admit more than
+:mod:`host.audit.log`, approvals redeemed once, rate-limit windows that never admit more than
 their limit and count nothing on refusal, grants that answer only for the exact key,
 and lock generations that only move forward.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from host.canonical import canonical_json
 from host.config import HostConfig
 from host.errors import ApprovalInvalid, ApprovalQueueFull, LockRollback, RateLimited

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from host.errors import AuditUnavailable, RateLimited, StoreUnavailable
 from host.store.migrations import migrate
 from host.store.postgres import PostgresStore

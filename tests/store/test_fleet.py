@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from host.store.postgres import PostgresStore
 from tests.support.fleet import Repo, Worker, make_repo
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from host.store import LocalStore
 
 
@@ -29,7 +29,7 @@ def test_second_process_on_one_state_dir_refused_instead_of_splitting_rate_limit
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from host.audit import AuditLog\n"
+        "from host.audit.log import AuditLog\n"
         "from host.errors import StoreUnavailable\n"
         "from host.store import LocalStore\n"
         "root = Path(sys.argv[1])\n"

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from host.audit import CHECKPOINT_KIND, verify
-from host.auditkey import AuditKey
+from host.audit.key import AuditKey
+from host.audit.log import CHECKPOINT_KIND, verify
 from host.canonical import canonical_json
 from host.store.chain import export_chain, verify_chain
 from host.store.postgres import PostgresStore

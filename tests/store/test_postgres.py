@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from host.errors import ApprovalInvalid, LockRollback, RateLimited, StoreUnavailable
 from host.store import open_postgres
 from host.store.chain import export_chain, pick_chain, verify_chain

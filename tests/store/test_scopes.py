@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from host.approverkey import ApproverKey, sign_scope
-from host.audit import AuditLog, verify
+from host.audit.log import AuditLog, verify
 from host.errors import ApprovalRequired, ApproverKeyMissing, ScopeInvalid
 from host.formats.scope import SignedScope, build_scope, scope_tool
 from host.scopes import LocalScopes, ScopeUse

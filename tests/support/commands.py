@@ -18,7 +18,7 @@ from host import CallRequest, CallResult, Host, HostConfig, Principal
 from host.config import CommandEntry, WorkspaceGrant
 from host.egress.policy import Resolver
 from host.policy.engine import FilePolicyEngine
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.types import InvocationPlan
 from tests.support.bundles import write_lock
 from tests.support.hosts import write_policy

@@ -26,8 +26,8 @@ from host.egress.policy import EgressPolicy
 from host.egress.port import HttpRequest
 from host.egress.session import EgressSession
 from host.formats.manifest import CredentialMapping, HttpConfig
-from host.redact import Redactor
-from host.secrets import SecretValue
+from host.secrets.redact import Redactor
+from host.secrets.store import SecretValue
 
 __all__ = [
     "FakeResolver",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from host import CallRequest, FilePolicyEngine, Host, HostConfig, Principal
-from host.audit import AuditLog
+from host.audit.log import AuditLog
 from tests.support.bundles import lock_entry, make_manifest, make_tool, write_bundle, write_lock
 from tests.support.wat import echo_component
 

@@ -1,7 +1,7 @@
 """Build the test plugins under ``tests/plugins/`` once, and cache them across sessions.
 
 ``build_test_plugin("echo_py")`` builds ``tests/plugins/echo_py`` with
-:func:`sdk.build.build_project` and returns its :class:`~sdk.build.BuildResult`. Modules
+:func:`sdk.author.build.build_project` and returns its :class:`~sdk.author.build.BuildResult`. Modules
 are cached in ``<repo>/.stockade-cache/stockade/builds`` (gitignored) by the build's own source
 digest, so a plugin is rebuilt only when its sources, the SDK, the WIT or the toolchain
 change; within one process each plugin is built once. A file lock keeps two concurrent
@@ -41,7 +41,7 @@ import pytest
 
 from host.config import HostConfig
 from host.egress.port import HttpFailure, HttpRequest, HttpResponse
-from sdk.build import BuildResult, build_project
+from sdk.author.build import BuildResult, build_project
 
 __all__ = [
     "CACHE_DIR",

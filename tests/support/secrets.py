@@ -6,7 +6,7 @@ import base64
 import os
 from pathlib import Path
 
-from host.secrets import MasterKey, SecretsStore
+from host.secrets.store import MasterKey, SecretsStore
 
 
 def key_text(material: bytes | None = None) -> str:

@@ -13,18 +13,11 @@ from pathlib import Path
 import pytest
 
 _REPO = Path(__file__).resolve().parents[2]
-# The guest-side build inputs (the WIT contract, the Python and JavaScript guest libraries
-# and the JS build script) are compiled into every plugin: editing a comment there changes
-# every module digest and rebuilds every cached plugin, so their few remaining citations are
-# rewritten together with the next contract change, not here.
-_BUILD_INPUTS = ("sdk/guest", "sdk/js", "sdk/wit")
 _SOURCES = sorted(
     path
     for root in ("host", "sdk")
     for path in (_REPO / root).rglob("*")
-    if path.suffix in {".py", ".wit", ".js", ".mjs"}
-    and "node_modules" not in path.parts
-    and not str(path.relative_to(_REPO)).startswith(_BUILD_INPUTS)
+    if path.suffix in {".py", ".wit", ".js", ".mjs"} and "node_modules" not in path.parts
 )
 _OUTSIDE = re.compile(r"\bDESIGN §|\bSTYLE §|\bissues? \d+\b|\bNOTES\b")
 _DESIGN_CITE = re.compile(r"docs/design\.md §(\d+)")

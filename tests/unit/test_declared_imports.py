@@ -157,7 +157,7 @@ def test_one_http_stack_loaded_by_every_http_client_of_the_host() -> None:
     code = (
         "import sys\n"
         "import host.egress.session, host.mcpsource.http, host.mcp.transport\n"
-        "import sdk.oci, sdk.harness, sdk.devrun, sdk.demo.tracker_api, sdk.cli\n"
+        "import sdk.oci.client, sdk.harness, sdk.author.devrun, sdk.demo.tracker_api, sdk.cli\n"
         "loaded = sorted({m.split('.')[0] for m in sys.modules})\n"
         "print(' '.join(m for m in loaded if m.startswith(('httpx', 'httpcore'))))\n"
     )

@@ -30,7 +30,7 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
         # Observability hooks (no-ops until enabled); they import nothing of host.
         "host.observe",
     ]),
-    ("secrets", ["host.secrets", "host._masterkey", "host.redact"]),
+    ("secrets", ["host.secrets"]),
     ("egress", ["host.egress"]),
     # The formats of what a lock pins: the schema subset and the external profile, the
     # manifest, the operator's host file, and the MCP source pin (host/formats/).
@@ -38,12 +38,12 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
     # HTTP cassettes: record and replay at egress's transport seam, written in the
     # stockade.cassette/1 format, so above both (authoring only; Host never imports it).
     ("cassettes", ["host.egress.cassette"]),
-    ("trust", ["host.trust"]),
     # The process sandbox (bubblewrap, seccomp, rlimits) of exec.run and stdio MCP servers.
     ("process sandbox", ["host.sandbox"]),
-    ("audit, runtime, policy", [
-        "host.audit", "host.auditkey", "host.runtime", "host.policy", "host.ratelimit", "host.approvals",
-        "host.approverkey", "host.adapters", "host.scopes",
+    # Peers (PEERS below): none of the five packages imports another.
+    ("audit, runtime, policy, trust, adapters", [
+        "host.audit", "host.runtime", "host.policy", "host.trust", "host.adapters",
+        "host.ratelimit", "host.approvals", "host.approverkey", "host.scopes",
     ]),
     ("store", ["host.store"]),
     ("sources", ["host.mcpsource"]),
@@ -54,6 +54,10 @@ HOST_LAYERS: list[tuple[str, list[str]]] = [
 ]
 """The host's layers, bottom first (a package's name covers its modules unless a longer
 name places one elsewhere; ``host`` alone is only ``host/__init__.py``)."""
+
+PEERS: list[str] = ["host.audit", "host.runtime", "host.policy", "host.trust", "host.adapters"]
+"""Packages of one layer that never import each other (docs/architecture.md): each can be
+read, tested and changed without the others."""
 
 
 def module_graph(root: Path) -> dict[str, set[str]]:
@@ -160,6 +164,21 @@ def upward_imports(graph: Mapping[str, set[str]], layers: list[tuple[str, list[s
     return found
 
 
+def peer_imports(graph: Mapping[str, set[str]], peers: list[str]) -> list[str]:
+    """Every import of one peer package's module from another peer package."""
+
+    def peer(module: str) -> str | None:
+        return next((p for p in peers if module == p or module.startswith(p + ".")), None)
+
+    return [
+        f"{module} imports {dep}"
+        for module in sorted(graph)
+        if (mine := peer(module)) is not None
+        for dep in sorted(graph[module])
+        if (theirs := peer(dep)) is not None and theirs != mine
+    ]
+
+
 @pytest.mark.parametrize("package", ["host", "sdk"])
 def test_no_import_cycle(package: str) -> None:
     graph = module_graph(REPO / package)
@@ -170,6 +189,11 @@ def test_no_import_cycle(package: str) -> None:
 def test_host_imports_only_from_its_layer_and_below() -> None:
     graph = module_graph(REPO / "host")
     assert upward_imports(graph, HOST_LAYERS) == []
+
+
+def test_peers_never_import_each_other() -> None:
+    graph = module_graph(REPO / "host")
+    assert peer_imports(graph, PEERS) == []
 
 
 def test_every_layer_name_exists() -> None:
@@ -231,6 +255,21 @@ def test_an_upward_import_and_an_unplaced_module_are_found(tmp_path: Path) -> No
     assert upward_imports(module_graph(root), layers) == [
         "pkg.errors (core) imports pkg.call.host (pipeline)",
         "pkg.stray: in no layer (add it to HOST_LAYERS)",
+    ]
+
+
+def test_an_import_between_peers_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "policy/__init__.py": "",
+        "policy/bind.py": "def f():\n    from pkg.trust.registry import Tool\n",
+        "trust/__init__.py": "",
+        "trust/registry.py": "from pkg.policy import bind\nTool = 1\n",
+        "audit.py": "from pkg.policy.bind import f\n",
+    })
+    assert peer_imports(module_graph(root), ["pkg.policy", "pkg.trust"]) == [
+        "pkg.policy.bind imports pkg.trust.registry",
+        "pkg.trust.registry imports pkg.policy.bind",
     ]
 
 

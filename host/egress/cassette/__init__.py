@@ -19,7 +19,7 @@ Redaction (:class:`CassetteRedactor`), before anything reaches disk, fails close
 
 1. by value: every staged secret, URL-encoded, base64 (both alphabets, padded or not),
    hex and inside basic auth, becomes ``<secret:NAME>``; any other form the host's
-   :class:`~host.redact.Redactor` knows becomes ``[REDACTED]``;
+   :class:`~host.secrets.redact.Redactor` knows becomes ``[REDACTED]``;
 2. by name: credential-like headers (``Authorization``, ``Cookie``, ``Set-Cookie``,
    ``X-Api-Key``, ...), query parameters and JSON or form body keys (``access_token``,
    ``refresh_token``, ``id_token``, ``api_key``, ``client_secret``, ``password``, ...)

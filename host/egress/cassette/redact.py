@@ -16,7 +16,7 @@ from host.formats.cassette import (
     RecordedResponse,
     body_fields,
 )
-from host.redact import Redactor
+from host.secrets.redact import Redactor
 
 __all__ = ["REDACTED_BY_NAME", "CassetteRedactor", "RedactionHook"]
 

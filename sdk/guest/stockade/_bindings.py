@@ -3,7 +3,8 @@
 componentize-py generates ``wit_world`` (the world, its ``WitWorld`` protocol and the
 imported interfaces) and ``componentize_py_types`` (``Ok``/``Err``) at build time.
 Everything the guest imports must be imported at the top level so that it is in the
-pre-initialised snapshot (NOTES: componentize-py). Unit tests run the SDK under plain
+pre-initialised snapshot (componentize-py runs the top level once at build time and
+snapshots the result; a module first imported during a call is not in it). Unit tests run the SDK under plain
 CPython against the same generated bindings, produced with ``componentize-py bindings``.
 """
 

@@ -6,9 +6,11 @@ and every call starts from it (a fresh instance per call: module state never car
 over).
 
 ``call(tool, input)`` never lets an exception escape: an uncaught Python exception
-aborts a componentize-py instance (NOTES), so every failure becomes a ``tool-error``.
+traps a componentize-py instance (the call ends in a trap, with no message the host could
+return), so every failure becomes a ``tool-error``.
 An unexpected exception's traceback is written to the call's log at level error, after
-the line ``[stockade:traceback]`` (the host shows it to the author in debug mode, issue 12).
+the line ``[stockade:traceback]`` (the host puts it in ``error.details["guest_traceback"]`` with
+``HostConfig(debug_guest_errors=True)``, docs/authors.md).
 """
 
 from __future__ import annotations

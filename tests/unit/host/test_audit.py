@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from host import audit as audit_mod
-from host.audit import GENESIS, AuditLog, redact_params, verify
-from host.auditkey import PUBLIC_KEY_FILE, AuditKey, load_public_keys
+from host.audit import log as audit_mod
+from host.audit.key import PUBLIC_KEY_FILE, AuditKey, load_public_keys
+from host.audit.log import GENESIS, AuditLog, redact_params, verify
 from host.canonical import canonical_json
 from host.errors import AuditUnavailable
 
@@ -422,10 +422,10 @@ def test_unknown_durability_refused(log_path: Path) -> None:
 
 
 def test_verify_of_a_fifo_reports_broken_instead_of_blocking(tmp_path: Path) -> None:
-    # issue 9.8 at the library's depth: host.audit.verify used to open a FIFO and wait for a writer.
+    # issue 9.8 at the library's depth: host.audit.log.verify used to open a FIFO and wait for a writer.
     import os  # noqa: PLC0415
 
-    from host.audit import verify  # noqa: PLC0415
+    from host.audit.log import verify  # noqa: PLC0415
 
     fifo = tmp_path / "audit.log"
     os.mkfifo(fifo)

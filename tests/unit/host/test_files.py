@@ -21,7 +21,7 @@ from host.trust.lock import TrustedKeys, load_lock
 from sdk.bundle import read_bundle
 from sdk.commands._common import CommandFailed
 from sdk.commands.sign import read_key
-from sdk.lockfile import read_lock
+from sdk.review.lockfile import read_lock
 
 ATTEMPTS = 1000
 

@@ -10,9 +10,9 @@ import pytest
 
 from host.errors import ManifestInvalid
 from host.formats.manifest import PackageManifest
-from sdk._manifestdiff import manifest_changes
 from sdk.commands.inspect import _credential_rows
-from sdk.review import _http_report
+from sdk.review._manifestdiff import manifest_changes
+from sdk.review.report import _http_report
 from tests.support.bundles import make_manifest
 
 TOKEN_URL = "https://auth.tracker.example/oauth/token"

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.redact import MIN_FORM_CHARS, REDACTED, Redactor
-from host.secrets import SecretValue
+from host.secrets.redact import MIN_FORM_CHARS, REDACTED, Redactor
+from host.secrets.store import SecretValue
 
 # Chosen so that every form differs: space, "/", "+", "?", "~", "(", "!", non-ASCII, and bytes whose
 # base64 contains '+' and '/' (so the URL-safe alphabet differs from the standard one).

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from host.errors import SecretsUnavailable
-from host.secrets import (
+from host.secrets.store import (
     MAX_VALUE_BYTES,
     MIN_VALUE_CHARS,
     MasterKey,

@@ -1,4 +1,4 @@
-"""sdk.build: what is staged, when the cache may be trusted, how tool failures surface."""
+"""sdk.author.build: what is staged, when the cache may be trusted, how tool failures surface."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sdk import build
-from sdk.project import load_project
+from sdk.author import build
+from sdk.author.project import load_project
 
 TOML = """
 [package]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sdk import build
-from sdk.build import BundleLocked
-from sdk.project import load_project
-from sdk.scaffold import render
+from sdk.author import build
+from sdk.author.build import BundleLocked
+from sdk.author.project import load_project
+from sdk.author.scaffold import render
 from tests.support import wat
 from tests.support.cli import cli_env, run_cli
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sdk import build
+from sdk.author import build
 
 AUTHORS = (Path(__file__).resolve().parents[3] / "docs" / "authors.md").read_text(encoding="utf-8")
 

@@ -16,7 +16,7 @@ import pytest
 
 from host.egress.transport import Pins
 from host.errors import ManifestInvalid
-from sdk.devrun import allow_entry, dev_run, read_secret
+from sdk.author.devrun import allow_entry, dev_run, read_secret
 from tests.support.cli import cli_env, run_cli
 from tests.support.plugins import REPO_ROOT, build_test_plugin
 

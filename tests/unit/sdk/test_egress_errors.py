@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.devrun import dev_run
+from sdk.author.devrun import dev_run
 from sdk.harness import Harness
 from tests.support.plugins import REPO_ROOT, build_test_plugin
 

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import pytest
 
-from host.audit import verify
+from host.audit.log import verify
 from host.runtime import ProgressEvent
 from sdk.harness import Harness, RecordedRequest, Response, UnscriptedRequest, placeholder, route
 from tests.support.plugins import REPO_ROOT, build_test_plugin

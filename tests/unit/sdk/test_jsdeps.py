@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk._jsdeps import (
+from sdk.author._jsdeps import (
     DEFAULT_REGISTRY,
     check_lock,
     configured_registry,
@@ -30,8 +30,8 @@ from sdk._jsdeps import (
     package_files,
     refuse_native,
 )
-from sdk._pydeps import DependencyError, DependencyRefused
-from sdk.build import BuildError, build_project
+from sdk.author._pydeps import DependencyError, DependencyRefused
+from sdk.author.build import BuildError, build_project
 from tests.support.cli import REPO, cli_env, run_cli
 from tests.support.servers import LoopbackServer, respond
 

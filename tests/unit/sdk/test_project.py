@@ -13,8 +13,8 @@ import pytest
 
 from host.errors import ManifestInvalid
 from host.formats.manifest import PackageManifest
-from sdk.build import build_project
-from sdk.project import PLACEHOLDER_SHA256, load_project
+from sdk.author.build import build_project
+from sdk.author.project import PLACEHOLDER_SHA256, load_project
 
 GOOD = """
 [package]

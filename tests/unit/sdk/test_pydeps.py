@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from host.errors import ManifestInvalid
-from sdk._pydeps import DependencyError, DependencyRefused, check_dependencies, install_dependencies
-from sdk.project import load_project
+from sdk.author._pydeps import DependencyError, DependencyRefused, check_dependencies, install_dependencies
+from sdk.author.project import load_project
 from tests.support.cli import REPO, cli_env, run_cli
 
 HASH = "sha256:" + "a" * 64

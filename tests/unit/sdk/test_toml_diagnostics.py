@@ -11,8 +11,8 @@ import pytest
 
 from host.errors import ManifestInvalid
 from sdk import jsonschemas
-from sdk.project import load_project, validate_project
-from sdk.scaffold import render
+from sdk.author.project import load_project, validate_project
+from sdk.author.scaffold import render
 
 REPO = Path(__file__).resolve().parents[3]
 tomllib = pytest.importorskip("tomllib")

@@ -1,4 +1,4 @@
-"""sdk.toolchain: the pinned JavaScript toolchain lives in a per-user cache, never a checkout.
+"""sdk.author.toolchain: the pinned JavaScript toolchain lives in a per-user cache, never a checkout.
 
 The real install (``npm ci``) runs in ``tests/cli/test_author_quickstart.py`` from a wheel;
 here the pins, the checks and the all-or-nothing install are tested with a real
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sdk import toolchain
-from sdk.toolchain import ToolchainError
+from sdk.author import toolchain
+from sdk.author.toolchain import ToolchainError
 from tests.support.cli import cli_env, run_cli
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,7 +31,7 @@ def test_shipped_pins_are_the_repository_package_json_and_lock() -> None:
 
 
 def test_esbuild_pinned_exactly_with_its_platform_binary_in_the_lock() -> None:
-    # JavaScript plugins' npm dependencies are bundled with esbuild (sdk/_jsdeps.py); its
+    # JavaScript plugins' npm dependencies are bundled with esbuild (sdk/author/_jsdeps.py); its
     # native binary is an optional dependency that `npm ci` installs only if the lock has it.
     assert json.loads((REPO / "package.json").read_text())["dependencies"]["esbuild"] == "0.28.2"
     packages = json.loads((REPO / "package-lock.json").read_text())["packages"]
@@ -160,7 +160,7 @@ def test_user_toolchain_installs_no_test_only_package(
 
 
 def test_toolchain_lock_names_only_registry_packages_with_integrity() -> None:
-    # What the plugin lock check demands (sdk/_jsdeps.py), for the toolchain's own lock
+    # What the plugin lock check demands (sdk/author/_jsdeps.py), for the toolchain's own lock
     # (esbuild declares an install script, which --ignore-scripts never runs).
     packages = json.loads((toolchain.PINS_DIR / "package-lock.json").read_text())["packages"]
     for key, entry in packages.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sdk._wasmsections import differing_parts, sections
+from sdk.author._wasmsections import differing_parts, sections
 
 CORE = b"\0asm\x01\x00\x00\x00"
 COMPONENT = b"\0asm\x0d\x00\x01\x00"

@@ -30,7 +30,7 @@ from host.egress.policy import EgressPolicy
 from host.egress.session import EgressSession
 from host.errors import CredentialUnavailable
 from host.formats.manifest import HttpConfig
-from host.secrets import MasterKey, SecretsStore
+from host.secrets.store import MasterKey, SecretsStore
 from sdk.oauthlogin import LoginFailed, LoginSpec, login_with_device, login_with_pkce
 from tests.support.egress_session import FakeResolver, allow, get, http_config
 from tests.support.oauth_server import AUTH_HOST, OAuthServer
@@ -277,7 +277,7 @@ _WORKER = textwrap.dedent("""
     from pathlib import Path
     from host.egress.oauth import OAuthBroker, OAuthStage, TokenEndpoint, token_policy
     from host.formats.manifest import HttpConfig
-    from host.secrets import MasterKey, SecretsStore
+    from host.secrets.store import MasterKey, SecretsStore
     from tests.support.egress_session import FakeResolver
     path, key, ca_file, config_json, go = sys.argv[1:6]
     store = SecretsStore(Path(path), MasterKey.from_bytes(base64.b64decode(key)))

@@ -14,7 +14,7 @@ from host.egress.router import CredentialRouter, Route, apply_injections
 from host.egress.urls import normalize_url, parse_host_pattern, path_matches
 from host.errors import CredentialUnavailable, EgressDenied
 from host.formats.manifest import CredentialMapping
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 
 
 def _mapping(secret: str, location: dict[str, Any], hosts: list[str], prefixes: list[str] | None = None,

@@ -1,6 +1,6 @@
-"""Master key loading and generation for :mod:`host.secrets` (docs/design.md §8 "Secrets").
+"""Master key loading and generation for :mod:`host.secrets.store` (docs/design.md §8 "Secrets").
 
-Private: import ``MasterKey`` and ``generate_key_file`` from :mod:`host.secrets`. The
+Private: import ``MasterKey`` and ``generate_key_file`` from :mod:`host.secrets.store`. The
 rules (encoding, strength, key file protection) are documented there.
 """
 

@@ -29,7 +29,7 @@ which the CLI prints loudly. Every request has a timeout and every operation an 
 deadline. Authentication: ``Basic`` challenges, and ``Bearer`` token challenges
 (``WWW-Authenticate: Bearer realm=…,service=…,scope=…``) with the credentials sent to the
 realm only over HTTPS (or to the same insecure origin). Credentials come from the
-secrets store or the Docker config file (:mod:`sdk.ocicreds`), never from argv, and
+secrets store or the Docker config file (:mod:`sdk.oci.creds`), never from argv, and
 never appear in a message: errors carry the status, the registry's error *code* and the
 path, never a response body or a header.
 
@@ -57,7 +57,7 @@ import httpx2
 
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid
 from host.errors import DigestMismatch, RegistryRefused, RegistryUnavailable
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 from host.trust.bundlestore import check_digest, check_repository, check_tag
 
 __all__ = [

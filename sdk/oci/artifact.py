@@ -53,7 +53,7 @@ from host.signing import check_key_id, check_signature_b64
 from host.trust.bundlestore import check_digest
 from host.trust.lock import MAX_MODULE_BYTES, TrustedKeys
 from sdk.bundle import Bundle
-from sdk.oci import OCI_MANIFEST_MEDIA_TYPE, OciReference, RegistryClient
+from sdk.oci.client import OCI_MANIFEST_MEDIA_TYPE, OciReference, RegistryClient
 
 __all__ = [
     "ARTIFACT_TYPE",

@@ -6,7 +6,7 @@ Model
     fallback to another principal, to a default scope or to a shared secret. Names match
     ``^[a-z][a-z0-9_]{0,63}$``. Values are strings of 8 to 65,536 UTF-8 bytes without
     control characters (they are injected into HTTP headers and query strings; a shorter
-    value would make redaction erase ordinary text, see :mod:`host.redact`).
+    value would make redaction erase ordinary text, see :mod:`host.secrets.redact`).
 
 Master key
     :meth:`MasterKey.load` reads ``STOCKADE_MASTER_KEY`` if that variable is present
@@ -17,7 +17,7 @@ Master key
     must be a regular file (not a symlink), owned by the current user, with no permission
     bits for group or others (0600 or 0400). Anything else, or no key at all, raises
     :class:`~host.errors.SecretsUnavailable`. There is never a default key. (The code
-    lives in ``host/_masterkey.py``; import it from here.)
+    lives in ``host/secrets/masterkey.py``; import it from here.)
 
 Encryption (per value, on every ``set``)
     ``key = HKDF-SHA256(master, salt=32 random bytes, info=b"stockade/secret@1", 32 bytes)``;
@@ -83,12 +83,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
 from host._files import atomic_write, open_lock, read_regular
-from host._masterkey import (
+from host.errors import SecretsUnavailable
+from host.secrets.masterkey import (
     MASTER_KEY_ENV,
     MasterKey,
     generate_key_file,
 )
-from host.errors import SecretsUnavailable
 
 __all__ = [
     "FORMAT",
@@ -104,7 +104,7 @@ __all__ = [
 ]
 
 FORMAT: Final = "stockade.secrets/1"
-MIN_VALUE_CHARS: Final = 8  # characters of a secret value (see host.redact)
+MIN_VALUE_CHARS: Final = 8  # characters of a secret value (see host.secrets.redact)
 MAX_VALUE_BYTES: Final = 64 * 1024  # bytes of a secret value, UTF-8
 MAX_FILE_BYTES: Final = 16 * 1024 * 1024  # bytes of the store file
 MAX_IDENT_CHARS: Final = 256  # characters of a scope or principal

@@ -44,7 +44,7 @@ from host.formats.mcppin import McpLockEntry, McpPin, source_statement
 from host.trust.bundlestore import OciSource
 from host.trust.lock import LOCK_FORMAT, LockEntry, PackageLock, key_id_for, lock_statement
 from sdk.bundle import Bundle, load_private_key, read_bundle, sign_package
-from sdk.review import component_report
+from sdk.review.report import component_report
 
 __all__ = [
     "LockUpdate",
@@ -168,7 +168,7 @@ def _update(
 def check_bundle_component(bundle: Bundle) -> None:
     """Judge a bundle's component with the host's load-time checks (no copy of them).
 
-    Runs :func:`sdk.review.component_report`, which compiles the module (types only,
+    Runs :func:`sdk.review.report.component_report`, which compiles the module (types only,
     nothing is instantiated) and applies :func:`host.runtime.checks.check_component`.
 
     Raises:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from host.canonical import canonical_json
 from host.config import Ceilings
 from host.formats.mcppin import (
+    PIN_FORMAT,
     McpDeclaration,
     McpPin,
     PinnedSource,
@@ -21,9 +22,9 @@ from host.formats.mcppin import (
     tool_unbounded,
 )
 from host.mcpsource.hosting import binding_digests
-from host.secrets import SecretsStore
+from host.secrets.store import SecretsStore
 from host.trust.lock import PackageLock, TrustedKeys
-from sdk._manifestdiff import Change
+from sdk.review._manifestdiff import Change
 
 if TYPE_CHECKING:  # the MCP client stack (bwrap, seccomp) loads only to probe a live server
     from host.mcpsource.source import ToolDrift
@@ -114,7 +115,7 @@ def mcp_changes(old: Sequence[PinnedSource], new: Sequence[PinnedSource]) -> Ite
             continue
         if before is None:
             yield Change("mcp.source.added", name, f"new MCP source {name} ({_where(after.source)})", True)
-            before = McpPin(format="stockade.mcp-pin/1", source=after.source, tools=())
+            before = McpPin(format=PIN_FORMAT, source=after.source, tools=())
         yield from _source_changes(name, before, after)
 
 

@@ -19,7 +19,7 @@ from typing import Final
 from host.canonical import canonical_json
 from host.errors import StockadeError
 from host.formats.manifest import PackageManifest
-from sdk.project import PROJECT_FILE, load_project, validate_project
+from sdk.author.project import PROJECT_FILE, load_project, validate_project
 
 __all__ = ["Staleness", "project_of", "staleness"]
 

@@ -10,7 +10,7 @@ to one; the build adds ``format`` and ``module`` and fills a few defaults::
     homepage = "https://tracker.example"     # optional (manifest: null)
     language = "python"            # build only: "python" or "javascript"
     source = "app.py"              # build only: default app.py / app.js
-    dependencies = ["humanize==4.9.0"]   # build only, Python: exact pins (sdk/_pydeps.py)
+    dependencies = ["humanize==4.9.0"]   # build only, Python: exact pins (sdk/author/_pydeps.py)
 
     [limits]                       # -> "limits"; each key defaults to DEFAULT_LIMITS
     fuel = 2_000_000_000
@@ -71,9 +71,9 @@ from typing import Any, Final, Literal
 
 from host.canonical import canonical_json
 from host.errors import ManifestInvalid
-from host.formats.manifest import PackageManifest
-from sdk._diagnostics import format_problems, toml_problems
-from sdk._pydeps import DependencyError, check_dependencies
+from host.formats.manifest import MANIFEST_FORMAT, PackageManifest
+from sdk.author._diagnostics import format_problems, toml_problems
+from sdk.author._pydeps import DependencyError, check_dependencies
 
 # tomllib is standard from Python 3.11; tomli (the same code) is a dependency below that.
 # Imported by name so that mypy, pinned to 3.10, does not need tomli installed.
@@ -159,7 +159,7 @@ class Project:
         doc = copy.deepcopy(self.document)
         package = {k: v for k, v in doc.pop("package").items() if k not in _BUILD_ONLY_KEYS}
         manifest: dict[str, Any] = {
-            "format": "stockade.manifest/1",
+            "format": MANIFEST_FORMAT,
             "package": {"homepage": None, **package},
             "module": {"file": "module.wasm", "sha256": module_sha256, "world": WORLD},
             "limits": _with_defaults(doc.pop("limits", {}), DEFAULT_LIMITS),
@@ -278,7 +278,7 @@ def validate_project(project: Project) -> dict[str, Any]:
 
     Problems are reported against ``stockade.toml``: every one of them, each with its
     table, key path, line where it can be found and a "did you mean" for a misspelled
-    key (:mod:`sdk._diagnostics`).
+    key (:mod:`sdk.author._diagnostics`).
 
     Raises:
         ManifestInvalid: the manifest is invalid; ``details["problems"]`` holds
@@ -296,7 +296,7 @@ def validate_project(project: Project) -> dict[str, Any]:
         found = toml_problems(exc.details.get("problems", []), project.document, text)
         raise ManifestInvalid(
             format_problems(PROJECT_FILE, found),
-            hint="fix each key listed; see the key reference in sdk/project.py and the JSON Schema "
+            hint="fix each key listed; see the key reference in sdk/author/project.py and the JSON Schema "
             "sdk/schemas/stockade.toml.schema.json (docs/authors.md: editor set-up)",
             problems=[p.as_dict() for p in found],
             file=str(path),

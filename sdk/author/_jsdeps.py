@@ -24,8 +24,8 @@ build
    ``net``) does not bundle, and the error names it: a component has no Node.js.
 
 ``devDependencies`` are neither installed nor bundled. Refusals raise
-:class:`~sdk._pydeps.DependencyRefused` (``BUILD_DEPENDENCY_REFUSED``); npm failures raise
-:class:`~sdk._pydeps.DependencyError` with npm's output tail.
+:class:`~sdk.author._pydeps.DependencyRefused` (``BUILD_DEPENDENCY_REFUSED``); npm failures raise
+:class:`~sdk.author._pydeps.DependencyError` with npm's output tail.
 
 Example::
 
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from sdk._pydeps import DependencyError, DependencyRefused
+from sdk.author._pydeps import DependencyError, DependencyRefused
 
 __all__ = [
     "DEFAULT_REGISTRY",

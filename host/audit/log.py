@@ -32,7 +32,7 @@ Invariants:
   the last durable record; in ``flush`` mode (records already acknowledged) the log
   refuses further appends until it is reopened. If the file cannot be truncated back,
   the log refuses every further append until it is reopened.
-- **Signed checkpoints** (with a ``signer``, :class:`~host.auditkey.AuditKey`): after
+- **Signed checkpoints** (with a ``signer``, :class:`~host.audit.key.AuditKey`): after
   every ``checkpoint_every`` records, when ``checkpoint_interval_s`` passed since the
   last checkpoint with records written since, and on close, the writer appends a record
   of kind ``audit.checkpoint``::
@@ -96,7 +96,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from host import observe
 from host._files import LockHeld, lock_exclusive, open_regular
-from host.auditkey import AuditKey, verify_signature
+from host.audit.key import AuditKey, verify_signature
 from host.canonical import canonical_json, parse_json
 from host.errors import AuditUnavailable, StockadeError
 
@@ -364,7 +364,7 @@ def verify(
         path: the log file.
         expected_head: a record hash known to be in the log (e.g. an ``audit_id``
             handed out earlier); if it is absent the log was truncated or rewritten.
-        keys: audit public keys by key id (:func:`host.auditkey.load_public_keys`);
+        keys: audit public keys by key id (:func:`host.audit.key.load_public_keys`);
             with them every checkpoint's signature must verify. Without them
             checkpoints are only checked for shape (``keys_checked`` is False).
 

@@ -1,5 +1,5 @@
 """The ``stockade new --template`` projects: the one home of their texts (the logic that
-writes them is :mod:`sdk.scaffold`). Shared fragments (the schema note, the bearer
+writes them is :mod:`sdk.author.scaffold`). Shared fragments (the schema note, the bearer
 credential, the test harness fixtures) are written once and joined in.
 
 - ``read-api`` (the default): a read tool with input validation and a GET tool that
@@ -199,7 +199,7 @@ secret, recorded requests show a placeholder such as <secret:api_token>.
 """
 
 ''' + _HARNESS_HEAD + '''\
-from sdk.devrun import read_secret
+from sdk.author.devrun import read_secret
 
 ITEM_7 = route("GET", "https://api.example.com/v1/items/7")
 

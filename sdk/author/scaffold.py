@@ -23,8 +23,8 @@ from typing import Final
 
 from host.files import create_exclusive
 from host.formats.manifest import is_name
-from sdk._templates import TEMPLATES
-from sdk.project import LANGUAGES, PROJECT_FILE, Language
+from sdk.author._templates import TEMPLATES
+from sdk.author.project import LANGUAGES, PROJECT_FILE, Language
 
 __all__ = [
     "MAX_PROJECT_NAME",
@@ -97,7 +97,7 @@ _GITIGNORE: Final = (
 
 TEMPLATE_NAMES: Final = tuple(TEMPLATES)
 """``stockade new --template`` choices, ``read-api`` (the default) first; their texts live
-in :mod:`sdk._templates`."""
+in :mod:`sdk.author._templates`."""
 
 
 def render(name: str, language: Language, template: str = "read-api") -> dict[str, str]:

@@ -25,7 +25,7 @@ Lookup order for a registry ``host[:port]``:
    ``username`` and ``password``. Keys are compared exactly to those spellings of the
    authority. Credential helpers (``credsStore``, ``credHelpers``) are not run.
 
-Values are wrapped in :class:`~host.secrets.SecretValue` and never printed; an unreadable
+Values are wrapped in :class:`~host.secrets.store.SecretValue` and never printed; an unreadable
 or malformed store or Docker config is ``SECRETS_UNAVAILABLE`` (fail closed, never "no
 credentials").
 """
@@ -42,9 +42,9 @@ from typing import Any, Final
 
 from host.errors import SecretsUnavailable
 from host.files import read_regular
-from host.secrets import SecretsStore, SecretValue
+from host.secrets.store import SecretsStore, SecretValue
 from host.trust.bundlestore import check_repository
-from sdk.oci import RegistryCredential
+from sdk.oci.client import RegistryCredential
 
 __all__ = [
     "REGISTRY_SECRET_PRINCIPAL",

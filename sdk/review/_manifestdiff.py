@@ -1,6 +1,6 @@
-"""Comparison rules of :func:`sdk.review.diff_locks`: one package's manifest, old against new.
+"""Comparison rules of :func:`sdk.review.report.diff_locks`: one package's manifest, old against new.
 
-Private; the rules are documented in :mod:`sdk.review`. Every function yields
+Private; the rules are documented in :mod:`sdk.review.report`. Every function yields
 :class:`Change` items; ``escalation`` is True for anything that widens what the package
 may do or what runs without a person's approval. Unknown differences escalate.
 """

@@ -2,7 +2,8 @@
 
 JavaScript plugins are built with componentize-js, which runs on Node.js and comes from
 npm; esbuild (its platform binary an optional dependency in the lock) bundles a plugin's
-npm dependencies (:mod:`sdk._jsdeps`). Its exact versions are pinned by ``sdk/toolchain/package.json`` and
+npm dependencies (:mod:`sdk.author._jsdeps`). Its exact versions are pinned by
+``sdk/toolchain/package.json`` and
 ``package-lock.json`` (shipped in the wheel, identical to the repository's), and the
 toolchain is installed with ``npm ci --ignore-scripts --omit=dev --allow-git=none`` into
 
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 JS_TOOLCHAIN_ENV: Final = "STOCKADE_JS_TOOLCHAIN"
-PINS_DIR: Final = Path(__file__).resolve().parent / "toolchain"
+PINS_DIR: Final = Path(__file__).resolve().parents[1] / "toolchain"
 INSTALL_TIMEOUT_S: Final = 900  # s, one npm ci
 EXPECTED_INSTALL_S: Final = 10.0  # s, npm ci from a warm npm cache on 2 cores, measured 8.3 s (progress only)
 _OUTPUT_TAIL: Final = 3000  # characters of npm's output kept in an error

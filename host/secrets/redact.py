@@ -35,7 +35,7 @@ stronger than "longest alternative first": with secrets ``xabc`` and ``abcdef`` 
 
 Short values: the redactor redacts every non-empty value however short (hiding too much is
 safe, leaking is not). A value of 1-3 characters would erase most text, so
-:class:`host.secrets.SecretsStore` refuses to store values shorter than 8 characters; a
+:class:`host.secrets.store.SecretsStore` refuses to store values shorter than 8 characters; a
 staged value is therefore never that short in practice. Empty values are ignored.
 
 Cost: one ``str.find``/``bytes.find`` scan per distinct form (C speed), plus one
@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar, final
 from urllib.parse import quote, quote_plus
 
-from host.secrets import SecretValue
+from host.secrets.store import SecretValue
 
 __all__ = ["MIN_FORM_CHARS", "REDACTED", "Redactor"]
 

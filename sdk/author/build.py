@@ -2,7 +2,7 @@
 
 Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in milliseconds):
 
-1. Read ``stockade.toml`` (:mod:`sdk.project`) and produce the manifest with a placeholder
+1. Read ``stockade.toml`` (:mod:`sdk.author.project`) and produce the manifest with a placeholder
    digest of 64 zeros; validate it with ``PackageManifest.from_json``: anything the
    manifest models refuse is refused here (:class:`~host.errors.ManifestInvalid`).
 2. Stage a copy of the sources (``*.py`` for Python; ``*.js``/``*.mjs``, ``package.json``
@@ -20,8 +20,8 @@ Steps, in order (the slow one last, so a bad ``stockade.toml`` fails in millisec
    relative to the build directory, the staged trees frozen by :func:`freeze_tree`) or
    ``node sdk/js/build.mjs`` (componentize-js with wasi:http and the fetch event
    disabled, so no wasi:http import appears). Dependencies are installed first: pip for
-   Python (:mod:`sdk._pydeps`); for JavaScript ``npm ci --ignore-scripts`` and one
-   esbuild bundle (:mod:`sdk._jsdeps`). What still makes two builds of one source differ
+   Python (:mod:`sdk.author._pydeps`); for JavaScript ``npm ci --ignore-scripts`` and one
+   esbuild bundle (:mod:`sdk.author._jsdeps`). What still makes two builds of one source differ
    (the toolchains' pre-initialized snapshot) is in docs/authors.md, "Reproducible builds".
 5. Fill in ``module.sha256``, validate again, and write
    ``<out>/<name>-<version>/{manifest.json,module.wasm,build.json}`` (manifest as
@@ -58,10 +58,10 @@ from host.canonical import canonical_json
 from host.files import replace_dir
 from host.formats.manifest import PackageManifest
 from sdk._cachedir import builds_dir
-from sdk._jsdeps import install_js_dependencies, needs_bundling, package_files
-from sdk._pydeps import DependencyError, DependencyRefused, install_dependencies
-from sdk.project import Project, load_project, validate_project
-from sdk.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
+from sdk.author._jsdeps import install_js_dependencies, needs_bundling, package_files
+from sdk.author._pydeps import DependencyError, DependencyRefused, install_dependencies
+from sdk.author.project import Project, load_project, validate_project
+from sdk.author.toolchain import JsToolchain, ToolchainError, ensure_js_toolchain
 
 __all__ = [
     "BUILD_ERROR_CODES",
@@ -84,7 +84,7 @@ __all__ = [
 ProgressCallback = Callable[[str, float], None]
 """``progress(stage, fraction)``: a short description and the fraction done, 0.0–1.0."""
 
-SDK_DIR: Final = Path(__file__).resolve().parent
+SDK_DIR: Final = Path(__file__).resolve().parents[1]
 GUEST_DIR: Final = SDK_DIR / "guest"
 JS_DIR: Final = SDK_DIR / "js"
 WIT_PATH: Final = SDK_DIR / "wit" / "stockade.wit"
@@ -428,7 +428,7 @@ def _toolchain(language: str, report: ProgressCallback = _noop) -> dict[str, str
     """Versions of the tools a build of ``language`` uses (part of the cache key).
 
     For JavaScript this makes sure the per-user toolchain is installed (installing it
-    on the first JavaScript build, see :mod:`sdk.toolchain`).
+    on the first JavaScript build, see :mod:`sdk.author.toolchain`).
     """
     if language == "python":
         try:

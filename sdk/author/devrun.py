@@ -48,10 +48,10 @@ from host.egress.transport import Pins, TransportFactory, pinned_transport_facto
 from host.errors import StockadeError
 from host.formats.manifest import PackageManifest
 from host.runtime import ProgressEvent
-from host.secrets import check_secret
+from host.secrets.store import check_secret
 from sdk._cachedir import artifacts_dir, builds_dir, cache_root
 from sdk._loopback import LoopbackRemap
-from sdk.build import ProgressCallback, build_project
+from sdk.author.build import ProgressCallback, build_project
 from sdk.bundle import Bundle, read_bundle
 from sdk.harness import _basic_usernames, _Secrets, write_workspace
 

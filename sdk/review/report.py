@@ -65,9 +65,9 @@ from host.runtime.binary import census, check_header
 from host.trust.bundlestore import OciSource
 from host.trust.lock import LoadedLock, LockedPackage, LockEntry, TrustedKeys, load_lock
 from host.trust.registry import Binding, FrozenRegistry
-from sdk._manifestdiff import Change, credential_location, manifest_changes
 from sdk.bundle import read_bundle
-from sdk.mcpreview import mcp_changes, mcp_report, pinned_sources
+from sdk.review._manifestdiff import Change, credential_location, manifest_changes
+from sdk.review.mcp import mcp_changes, mcp_report, pinned_sources
 
 if TYPE_CHECKING:  # annotations: wasmtime loads when a report lists a component's imports
     import wasmtime
