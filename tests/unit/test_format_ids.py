@@ -23,6 +23,9 @@ FORMAT_ID = re.compile(r"^stockade\.[a-z][a-z0-9-]*/\d+$")
 HOME = "host/formats/"
 NOT_YET_MOVED: dict[str, set[str]] = {
     "host/approvals.py": {"stockade.approvals/1"},
+    # The OAuth token state is read and written by egress, which sits below formats (as
+    # does the secrets store): these two move once formats' leaf modules sit below both.
+    "host/egress/oauth.py": {"stockade.oauth-token/1"},
     "host/mcp/tokens.py": {"stockade.tokens/1"},
     "host/policy/engine.py": {"stockade.policy/1"},
     "host/policy/toolpolicy.py": {"stockade.toolcap/1", "stockade.toolpolicy/1", "stockade.toolpolicy/2"},

@@ -13,6 +13,7 @@ from host.egress.cassette.redact import CassetteRedactor
 from host.egress.decoding import BodyDecoder, BodyTooLarge, ResponseInvalid, parse_content_encoding
 from host.errors import CassetteInvalid
 from host.formats.cassette import (
+    CASSETTE_FORMAT,
     MAX_CASSETTE_BYTES,
     Cassette,
     Interaction,
@@ -157,7 +158,7 @@ def build_cassette(
             (``secret_in_cassette``), or the file would be too large (``too_large``).
     """
     cassette = Cassette(
-        format="stockade.cassette/1",
+        format=CASSETTE_FORMAT,
         package=package,
         version=version,
         manifest_sha256=manifest_sha256,
