@@ -533,8 +533,9 @@ class CassetteInvalid(StockadeError):
 
     ``details["reason"]`` is one of ``malformed``, ``too_large``, ``wrong_package``,
     ``missing`` (replay without a file), ``secret_in_cassette`` (the final scan found a
-    staged secret: nothing was written; ``details["interaction"]`` is its index) or
-    ``unsupported_encoding``.
+    staged secret: nothing was written; ``details["interaction"]`` is its index),
+    ``unsupported_encoding`` or ``oauth_not_recordable`` (recording a package with an
+    OAuth credential mapping: the tokens the host obtains are not staged values).
     """
 
     code = "CASSETTE_INVALID"

@@ -112,6 +112,8 @@ class HarnessCassette:
             )  # fmt: skip
         self._existing = existing
         self.recording = existing is None or mode == "new_episodes"
+        if self.recording:
+            _refuse_oauth_recording(bundle)
         self.recorder = CassetteRecorder(self.redactor) if self.recording else None
         live_resolver: Resolver = system_resolver
         live: TransportFactory = pinned_transport_factory(ca_file=ca_file)
@@ -218,3 +220,16 @@ class HarnessCassette:
                 names = ", ".join(f"{i.request.method} {i.request.url}" for i in unused[:8])
                 raise UnusedInteractions(f"{len(unused)} recorded interaction(s) never replayed: {names}")
 
+
+def _refuse_oauth_recording(bundle: Bundle) -> None:
+    """Recording with an OAuth mapping is refused: the access and refresh tokens the host
+    obtains during the call are not staged values of the cassette's redactor, so an API
+    that echoed one back would reach the file redacted only by name. Replay is fine."""
+    oauth = sorted(c.secret for c in bundle.manifest.http.credentials if c.oauth is not None)
+    if oauth:
+        raise CassetteInvalid(
+            f"cannot record a cassette for a package with OAuth credential mappings ({', '.join(oauth)})",
+            reason="oauth_not_recordable",
+            hint="Record against a static test token instead (a manifest variant without `oauth`), "
+            "or script the responses with Harness routes.",
+        )
