@@ -59,19 +59,20 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from authlib.oauth2.rfc6749.parameters import prepare_token_request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from host.egress.policy import EgressPolicy, Resolver
 from host.egress.port import HttpFailure, HttpRequest
 from host.egress.session import MAX_REDIRECTS, EgressSession
-from host.egress.transport import TransportFactory
 from host.egress.urls import parse_host_pattern
 from host.errors import CredentialUnavailable, SecretsUnavailable
 from host.secrets.redact import Redactor
 from host.secrets.store import SecretsStore, SecretValue, check_secret
+
+if TYPE_CHECKING:  # the transport (httpcore2, ssl) loads with the first session, not here
+    from host.egress.transport import TransportFactory
 
 __all__ = [
     "DEFAULT_SKEW_S",
@@ -452,6 +453,8 @@ class OAuthBroker:
                     f"secret {secret!r} has no usable access token and no refresh token",
                 )
             params["refresh_token"] = state.refresh_token
+        from authlib.oauth2.rfc6749.parameters import prepare_token_request  # noqa: PLC0415 - only when a token is requested
+
         form = prepare_token_request(oauth.grant, body="", **params)
         with self._guard:
             self.refreshes += 1

@@ -22,7 +22,6 @@ from typing import Any, Final
 
 from host.config import CommandEntry
 from host.formats.hostfile import HostFile, load_host_file
-from host.sandbox.launch import abi as landlock_abi
 
 __all__ = ["CommandChange", "command_changes", "command_report", "is_host_file"]
 
@@ -44,6 +43,8 @@ def command_report(path: Path) -> dict[str, Any]:
     Raises:
         ConfigInvalid: the file is invalid (every problem listed).
     """
+    from host.sandbox.launch import abi as landlock_abi  # noqa: PLC0415 - host files only: the sandbox (pyseccomp) stays out of `inspect LOCK`
+
     settings = load_host_file(path)
     bwrap = shutil.which("bwrap")
     return {
