@@ -68,6 +68,20 @@ def error_code(exc: BaseException) -> str:
     return code if isinstance(code, str) else type(exc).__name__
 
 
+def _kept(
+    labels: dict[str, str] | None, values: dict[str, int] | None, key: str, value: object
+) -> tuple[dict[str, str] | None, dict[str, int] | None]:
+    """A stage's labels and numbers after keeping ``key`` if its metrics use it (both
+    dicts made on first use: most stages keep nothing)."""
+    if key in _LABELS:
+        labels = {} if labels is None else labels
+        labels[key] = str(value)
+    elif key in _VALUES and isinstance(value, int):
+        values = {} if values is None else values
+        values[key] = value
+    return labels, values
+
+
 @final
 class LiveSpan:
     """One stage's span while it runs (the :class:`host.observe.Span` of a recorded stage)."""
@@ -156,14 +170,7 @@ class LiveSpan:
                 self._keep(key, value)
 
     def _keep(self, key: str, value: object) -> None:
-        if key in _LABELS:
-            if self._labels is None:
-                self._labels = {}
-            self._labels[key] = str(value)
-        elif key in _VALUES and isinstance(value, int):
-            if self._values is None:
-                self._values = {}
-            self._values[key] = value
+        self._labels, self._values = _kept(self._labels, self._values, key, value)
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         """Add one event."""
@@ -210,14 +217,7 @@ class TimedStage:
 
     def set(self, key: str, value: str | int | float | bool) -> None:
         """Keep a label or a number the stage's metrics use (nothing else is kept)."""
-        if key in _LABELS:
-            if self._labels is None:
-                self._labels = {}
-            self._labels[key] = str(value)
-        elif key in _VALUES and isinstance(value, int):
-            if self._values is None:
-                self._values = {}
-            self._values[key] = value
+        self._labels, self._values = _kept(self._labels, self._values, key, value)
 
     def update(self, attributes: Mapping[str, Any]) -> None:
         """:meth:`set` for each attribute."""
