@@ -37,6 +37,20 @@ instance, table or memory slot halfway through instantiating. A component that d
 fit a slot, and a call that finds every slot taken, run on an on-demand engine instead
 (the runtime's overflow lane): a full pool never fails a call and never waits.
 
+**What a pooled engine costs the process.** Each one reserves its memory slots up front
+(``pool_instances`` × ``(4 GiB + 32 MiB)`` of address space, PROT_NONE, nothing committed)
+and keeps them until the engine and everything compiled against it are freed. Two limits
+of the process bound how many can be alive at once, and wasmtime's C API aborts the whole
+process (a Rust panic in ``wasm_engine_new_with_config``) when it cannot reserve them, so
+:func:`build_pooled_engine` checks both first and falls back to on-demand allocation:
+
+- the memory maps (``vm.max_map_count``, 65,530 by default): wasmtime's default pool of
+  1,000 async fiber stacks cost two maps each (a stack and its guard page), 2,000 per
+  engine, so the 33rd live engine aborted (CI lost a test worker to it). Stockade never
+  runs guests on async stacks, so the pool has none (``total_stacks`` 0: ~2 maps);
+- the address space (``RLIMIT_AS``, else the 128 TiB of a 48-bit user space): an engine
+  is refused while the process's mapped size plus its reservation would pass half of it.
+
 A reused slot is reset by wasmtime before the next instance gets it: the first
 :data:`POOL_KEEP_RESIDENT` bytes of a memory are zeroed in place, the rest is
 decommitted (``madvise(DONTNEED)``, which reads back zeros), its size returns to the
@@ -53,6 +67,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.metadata
@@ -247,6 +262,7 @@ _POOL_SETTERS: Final = (
     ("table_elements", "c_ulong"),
     ("max_memory_size", "c_ulong"),
     ("linear_memory_keep_resident", "c_ulong"),
+    ("total_stacks", "c_uint"),
 )
 
 
@@ -269,7 +285,44 @@ _RESERVATION: Final = 4 << 30  # wasmtime's default memory_reservation on 64-bit
 _GUARD: Final = 32 << 20  # its default memory_guard_size
 
 
-def _pool_refused(pool: PoolSizes) -> str | None:
+_USER_ADDRESS_SPACE: Final = 1 << 47  # x86-64 and arm64 Linux with 48-bit virtual addresses
+_POOL_MAPS: Final = 64  # memory maps a pooled engine may add (measured: 2), with headroom
+_MAP_HEADROOM: Final = 4096  # maps left for everything else the process maps later
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMaps:
+    """What the process has mapped now, and what it may map (``None``: unknown here).
+
+    Args:
+        mapped_bytes: the process's virtual size (``VmSize``).
+        maps: its memory maps now (lines of ``/proc/self/maps``).
+        max_maps: the kernel's ceiling on them (``vm.max_map_count``).
+    """
+
+    mapped_bytes: int | None
+    maps: int | None
+    max_maps: int | None
+
+
+def process_maps() -> ProcessMaps:
+    """This process's mappings, from ``/proc`` (every field ``None`` where it is absent)."""
+    mapped = maps = max_maps = None
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    mapped = int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError):
+        with open("/proc/self/maps", "rb") as table:
+            maps = sum(chunk.count(b"\n") for chunk in iter(lambda: table.read(1 << 16), b""))
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/sys/vm/max_map_count", encoding="ascii") as ceiling:
+            max_maps = int(ceiling.read())
+    return ProcessMaps(mapped, maps, max_maps)
+
+
+def _pool_refused(pool: PoolSizes, now: ProcessMaps | None = None) -> str | None:
     if ctypes.sizeof(ctypes.c_void_p) < 8:
         return "the pooling allocator's slots need a 64-bit address space"
     if pool.memory_bytes > _RESERVATION:
@@ -278,6 +331,15 @@ def _pool_refused(pool: PoolSizes) -> str | None:
     limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     if limit != resource.RLIM_INFINITY and limit < 2 * needed:
         return f"RLIMIT_AS {limit} is too small for {needed} bytes of memory slots"
+    now = process_maps() if now is None else now
+    space = _USER_ADDRESS_SPACE if limit == resource.RLIM_INFINITY else limit
+    if now.mapped_bytes is not None and now.mapped_bytes + needed > space // 2:
+        return (f"the process maps {now.mapped_bytes} bytes already; {needed} more for memory slots "
+                f"would pass half of its {space}-byte address space")
+    if now.maps is not None and now.max_maps is not None and (
+        now.maps + _POOL_MAPS + _MAP_HEADROOM > now.max_maps
+    ):
+        return f"the process has {now.maps} of its {now.max_maps} memory maps (vm.max_map_count)"
     return None
 
 
@@ -296,6 +358,7 @@ def _pool_values(pool: PoolSizes) -> dict[str, int]:
         "table_elements": pool.table_elements,
         "max_memory_size": pool.memory_bytes,
         "linear_memory_keep_resident": min(pool.keep_resident, pool.memory_bytes),
+        "total_stacks": 0,  # no async fiber stacks: guests never run on one (module docstring)
     }
 
 
@@ -341,8 +404,9 @@ def build_pooled_engine(
     ones or the sizes would be refused. wasmtime's C API aborts the process on a refused
     configuration (``wasm_engine_new_with_config`` unwraps the error), so they are checked
     here first: a ``memory_bytes`` ceiling above the 4 GiB a memory reserves by default on
-    64-bit hosts, a 32-bit host, or an address-space limit (``RLIMIT_AS``) too small for
-    the slots.
+    64-bit hosts, a 32-bit host, an address-space limit (``RLIMIT_AS``) too small for the
+    slots, or a process whose mappings leave no room for one more engine (the address
+    space or ``vm.max_map_count``: see the module docstring).
 
     Returns:
         the engine and the pool it uses (``None``: on-demand allocation).

@@ -3,6 +3,8 @@ fails a call, and the allocator falls back to on-demand allocation when it canno
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -146,3 +148,60 @@ def test_memory_ceiling_above_the_reservation_falls_back(tmp_path: Path) -> None
     assert pool is not None
     _engine, used = engine_module.build_pooled_engine("cranelift", pool)
     assert used is None
+
+
+_MANY_ENGINES = """
+import sys
+from host.runtime.engine import build_pooled_engine, pool_sizes
+engines, pooled = [], 0
+for _ in range(int(sys.argv[1])):
+    engine, used = build_pooled_engine("cranelift", pool_sizes(64, 256 << 20))
+    engines.append(engine)
+    pooled += used is not None
+print(pooled)
+"""
+
+
+def test_regression_33rd_live_pooled_engine_aborted_the_process() -> None:
+    # Each pooled engine once cost 2,000 memory maps (wasmtime's default 1,000 async fiber
+    # stacks with their guard pages): with vm.max_map_count at 65,530 the 33rd live engine
+    # made wasmtime panic inside wasm_engine_new_with_config and the process abort (a CI
+    # worker died of it). 300 live engines: the first ones pooled, the rest on demand once
+    # the address space is half reserved, and the process lives.
+    done = subprocess.run(
+        [sys.executable, "-c", _MANY_ENGINES, "300"],
+        check=False, capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pooled = int(done.stdout)
+    assert 100 < pooled < 300  # pooled until half the 128 TiB was reserved, then on demand
+
+
+def test_pool_refused_when_the_map_count_is_near_its_ceiling() -> None:
+    pool = engine_module.pool_sizes(8, 256 << 20)
+    assert pool is not None
+    crowded = engine_module.ProcessMaps(mapped_bytes=1 << 30, maps=62_000, max_maps=65_530)
+    assert "vm.max_map_count" in (engine_module._pool_refused(pool, crowded) or "")
+    roomy = engine_module.ProcessMaps(mapped_bytes=1 << 30, maps=2_000, max_maps=65_530)
+    assert engine_module._pool_refused(pool, roomy) is None
+
+
+def test_pool_refused_when_half_the_address_space_is_mapped() -> None:
+    pool = engine_module.pool_sizes(64, 256 << 20)
+    assert pool is not None
+    full = engine_module.ProcessMaps(mapped_bytes=(1 << 46) - (100 << 30), maps=500, max_maps=65_530)
+    assert "address space" in (engine_module._pool_refused(pool, full) or "")
+    unknown = engine_module.ProcessMaps(mapped_bytes=None, maps=None, max_maps=None)
+    assert engine_module._pool_refused(pool, unknown) is None
+
+
+def test_pooled_engine_reserves_no_async_stacks() -> None:
+    # The measured cost of one pooled engine: a handful of maps, not 2,000.
+    pool = engine_module.pool_sizes(64, 256 << 20)
+    assert pool is not None
+    before = engine_module.process_maps().maps
+    engine, used = engine_module.build_pooled_engine("cranelift", pool)
+    after = engine_module.process_maps().maps
+    assert used is not None and before is not None and after is not None
+    assert after - before < 50
+    del engine
