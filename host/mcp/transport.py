@@ -187,6 +187,10 @@ async def serve_http(
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listen before the URL is printed: uvicorn only listens once its startup has run, and
+    # a client that read the URL in between was refused ("All connection attempts failed"
+    # in a loaded CI). Connections that arrive before uvicorn accepts wait in the backlog.
+    sock.listen(ACCEPT_BACKLOG)
     bound = sock.getsockname()[1]
     asgi = http_app(
         app, host=host, port=bound, verifier=verifier, issuer=issuer, allowed_origins=allowed_origins,

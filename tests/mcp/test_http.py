@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -18,9 +19,11 @@ import anyio
 import httpx2
 import mcp
 import pytest
+import uvicorn
 from mcp.client.streamable_http import streamable_http_client
 
 from host import FilePolicyEngine
+from host.mcp import transport
 from host.mcp.tokens import TokenFile
 from tests.mcp.conftest import World
 from tests.support.cli import cli_env
@@ -236,3 +239,33 @@ def test_token_principal_is_never_replaced_by_a_configured_one(world: World) -> 
     with http_server(world, "--tokens", str(tokens.path), "--project", "p", "--subject", "alice") as server:
         names, _ = anyio.run(_tools, server, carol)
     assert names == ["echo.say"]  # carol's list, not alice's
+
+
+def test_regression_url_printed_before_the_socket_listened(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # serve printed its URL after bind() but before uvicorn's startup called listen(): a
+    # client that read the URL in that window was refused (a flaky "All connection
+    # attempts failed" in a loaded CI). The socket must accept from the moment it is shown.
+    connected: list[bool] = []
+
+    async def serve(self: object, sockets: list[socket.socket]) -> None:
+        port = sockets[0].getsockname()[1]
+        assert f"listening on http://127.0.0.1:{port}/mcp" in capsys.readouterr().err
+        probe = socket.socket()
+        try:
+            probe.settimeout(5)
+            connected.append(probe.connect_ex(("127.0.0.1", port)) == 0)
+        finally:
+            probe.close()
+            sockets[0].close()
+
+    async def idle(*_args: object) -> None:
+        return None
+
+    monkeypatch.setattr(transport, "http_app", lambda *a, **k: object())
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
+    monkeypatch.setattr(transport, "_reload_on_signal", idle)
+    monkeypatch.setattr(transport, "_reload_on_change", idle)
+    anyio.run(lambda: transport.serve_http(object(), Path("lock"), host="127.0.0.1", port=0, verifier=None))  # type: ignore[arg-type]
+    assert connected == [True]
