@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import hashlib
 import importlib.metadata
 import inspect
@@ -288,6 +289,7 @@ _GUARD: Final = 32 << 20  # its default memory_guard_size
 _USER_ADDRESS_SPACE: Final = 1 << 47  # x86-64 and arm64 Linux with 48-bit virtual addresses
 _POOL_MAPS: Final = 64  # memory maps a pooled engine may add (measured: 2), with headroom
 _MAP_HEADROOM: Final = 4096  # maps left for everything else the process maps later
+_CROWDED: Final = "the process has no room for another pool"
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,12 +336,12 @@ def _pool_refused(pool: PoolSizes, now: ProcessMaps | None = None) -> str | None
     now = process_maps() if now is None else now
     space = _USER_ADDRESS_SPACE if limit == resource.RLIM_INFINITY else limit
     if now.mapped_bytes is not None and now.mapped_bytes + needed > space // 2:
-        return (f"the process maps {now.mapped_bytes} bytes already; {needed} more for memory slots "
+        return (f"{_CROWDED}: it maps {now.mapped_bytes} bytes already; {needed} more for memory slots "
                 f"would pass half of its {space}-byte address space")
     if now.maps is not None and now.max_maps is not None and (
         now.maps + _POOL_MAPS + _MAP_HEADROOM > now.max_maps
     ):
-        return f"the process has {now.maps} of its {now.max_maps} memory maps (vm.max_map_count)"
+        return f"{_CROWDED}: it has {now.maps} of its {now.max_maps} memory maps (vm.max_map_count)"
     return None
 
 
@@ -413,6 +415,11 @@ def build_pooled_engine(
     """
     if pool is not None:
         reason = pooling_unavailable() or _pool_refused(pool)
+        if reason is not None and reason.startswith(_CROWDED):
+            # Engines of closed hosts that sit in reference cycles (an exception's traceback
+            # holding a call's frames, say) keep their slots until the collector runs.
+            gc.collect()
+            reason = _pool_refused(pool)
         if reason is None:
             return build_engine(compiler, pool), pool
         _log.warning("the pooling allocator is off (%s); instances are allocated on demand", reason)

@@ -177,6 +177,28 @@ def test_regression_33rd_live_pooled_engine_aborted_the_process() -> None:
     assert 100 < pooled < 300  # pooled until half the 128 TiB was reserved, then on demand
 
 
+_CYCLIC_ENGINES = """
+import gc
+from host.runtime.engine import build_pooled_engine, pool_sizes
+gc.disable()  # only the crowded pool's own collection may free them
+pooled = 0
+for _ in range(400):
+    engine, used = build_pooled_engine("cranelift", pool_sizes(64, 256 << 20))
+    cycle = [engine]
+    cycle.append(cycle)  # dropped, but only the cycle collector can free it
+    pooled += used is not None
+print(pooled)
+"""
+
+
+def test_engines_of_dropped_hosts_in_cycles_are_collected_before_the_pool_is_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _CYCLIC_ENGINES], check=False, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) == 400
+
+
 def test_pool_refused_when_the_map_count_is_near_its_ceiling() -> None:
     pool = engine_module.pool_sizes(8, 256 << 20)
     assert pool is not None
