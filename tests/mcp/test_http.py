@@ -267,5 +267,6 @@ def test_regression_url_printed_before_the_socket_listened(
     monkeypatch.setattr(uvicorn.Server, "serve", serve)
     monkeypatch.setattr(transport, "_reload_on_signal", idle)
     monkeypatch.setattr(transport, "_reload_on_change", idle)
+    monkeypatch.setattr(transport, "_rate_limit_logs", lambda: None)  # would filter pytest's own handlers
     anyio.run(lambda: transport.serve_http(object(), Path("lock"), host="127.0.0.1", port=0, verifier=None))  # type: ignore[arg-type]
     assert connected == [True]
