@@ -419,7 +419,8 @@ class ApprovalQueue:
 
     def _store(self, entries: dict[_Key, PendingApproval]) -> None:
         body = {"format": FORMAT, "entries": [asdict_entry(e) for e in entries.values()]}
-        atomic_write(self._path, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+        # Compact: the C encoder (indent= forces the pure-Python one, ~40 ms for a full queue).
+        atomic_write(self._path, json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8"))
         if self._inputs.is_dir():  # an input lives exactly as long as its entry
             kept = {_input_name(k) for k in entries}
             for path in self._inputs.iterdir():
