@@ -162,3 +162,22 @@ def test_test_passes_arguments_after_double_dash_to_pytest(tmp_path: Path) -> No
     proc = run_cli("test", "--", "-k", "greet", "-q", cwd=project, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "deselected" in proc.stdout and " -k greet -q" in proc.stderr  # the command shown
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--version", "--json"),
+        ("inspect", "--json", "no-such.lock"),
+        ("lock", "--no-such-option"),
+        ("completion", "bash"),
+    ],
+    ids=["version-json", "failed-json", "usage-error", "completion"],
+)
+def test_in_process_runner_matches_the_console_script(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    # Most CLI tests call sdk.cli.main in process (tests/support/cli.py): what they see must
+    # be what a user's `python -m sdk.cli` prints and exits with.
+    inside = run_cli(*argv, cwd=tmp_path)
+    child = run_cli(*argv, cwd=tmp_path, subprocess=True)
+    assert inside.args == ["stockade", *argv] and child.args[:3] == [sys.executable, "-m", "sdk.cli"]
+    assert (inside.returncode, inside.stdout, inside.stderr) == (child.returncode, child.stdout, child.stderr)
